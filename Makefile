@@ -1,0 +1,69 @@
+# gpu_native.fleet developer entry points.  `make test` does everything on a
+# fresh Debian machine (as root): host packages, podman config, .venv, the
+# test-host image, then unit, sanity, lint and Molecule suites.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+BIN         := $(VENV)/bin
+CACHE       := .cache
+COLL_ROOT   := $(CACHE)/collections
+SCENARIO    ?=
+export PATH := $(abspath $(BIN)):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(abspath $(COLL_ROOT))
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
+export ANSIBLE_NOCOLOR := 1
+export PY_COLORS := 0
+
+.PHONY: help test setup host venv image collection-link unit sanity lint molecule clean build timings
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+
+test: setup ## everything: setup, unit, sanity, lint, molecule (prints each suite's wall time)
+	@tests/tools/timed unit $(MAKE) --no-print-directory unit
+	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
+	@tests/tools/timed lint $(MAKE) --no-print-directory lint
+	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
+	@tests/tools/timed --summary
+
+setup: host venv image collection-link ## host packages, podman config, venv, image
+
+host: ## Debian packages and podman config (root)
+	@tests/tools/setup-host.sh
+
+venv: $(VENV)/.installed ## the Python virtual environment from requirements.txt
+
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	@touch $@
+
+image: ## the Debian 12 test-host image (cached by input hash)
+	@tests/images/build-debian12.sh
+
+collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
+	@mkdir -p $(COLL_ROOT)/ansible_collections/gpu_native
+	@ln -sfn $(abspath .) $(COLL_ROOT)/ansible_collections/gpu_native/fleet
+
+unit: venv collection-link ## pytest tests/unit
+	$(BIN)/pytest -q tests/unit
+
+sanity: venv ## ansible-test sanity in a copy placed under ansible_collections/
+	@tests/tools/run-sanity.sh
+
+lint: venv collection-link ## ansible-lint, production profile, offline
+	$(BIN)/ansible-lint --offline
+
+molecule: venv image collection-link ## every Molecule scenario, or SCENARIO=name
+	@tests/tools/run-molecule.sh $(SCENARIO)
+
+build: venv ## build the collection tarball into .cache/dist
+	@mkdir -p $(CACHE)/dist
+	$(BIN)/ansible-galaxy collection build --force --output-path $(CACHE)/dist .
+
+clean: ## remove caches and test output (keeps .venv and the image)
+	rm -rf $(CACHE) tests/output .pytest_cache
