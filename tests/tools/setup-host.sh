@@ -4,7 +4,7 @@
 # works on hosts with hybrid cgroups (runc + cgroupfs) and tight rlimits.
 set -euo pipefail
 
-packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg)
+packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

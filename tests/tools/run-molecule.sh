@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Run Molecule scenarios: every molecule/*/molecule.yml, or the names given.
+# Every scenario runs even when one fails; the exit status says whether all
+# passed, and a table of wall times is printed at the end.
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+export PATH="$repo/.venv/bin:$PATH"
+export ANSIBLE_COLLECTIONS_PATH="$repo/.cache/collections"
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=true
+export MOLECULE_NO_LOG=false
+export NO_COLOR=1 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+# Shared by every test host: downloaded .deb files survive between runs.
+mkdir -p "$repo/.cache/apt-archives/partial"
+
+if (($#)); then
+  scenarios=("$@")
+else
+  scenarios=()
+  for f in molecule/*/molecule.yml; do
+    [[ -e $f ]] || continue
+    scenarios+=("$(basename "$(dirname "$f")")")
+  done
+fi
+if ((${#scenarios[@]} == 0)); then
+  echo "no Molecule scenarios found under molecule/" >&2
+  exit 1
+fi
+
+declare -A result
+failed=0
+for s in "${scenarios[@]}"; do
+  start=$(date +%s)
+  echo "=== molecule test -s $s"
+  if molecule test -s "$s"; then
+    status=passed
+  else
+    status=FAILED
+    failed=1
+    # Leave nothing running behind a failed scenario.
+    molecule destroy -s "$s" >/dev/null 2>&1 || true
+  fi
+  secs=$(( $(date +%s) - start ))
+  result[$s]="$status $((secs / 60))m$((secs % 60))s"
+done
+
+echo "=== Molecule scenarios"
+for s in "${scenarios[@]}"; do
+  printf '%-24s %s\n' "$s" "${result[$s]}"
+done
+exit $failed

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run `ansible-test sanity` on a private copy of the checkout placed under
+# ansible_collections/gpu_native/fleet (ansible-test requires that layout).
+# Extra arguments go to ansible-test, e.g. --test validate-modules.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+venv="${VENV:-$repo/.venv}"
+cd "$repo"
+
+# ansible-test bootstraps pip in its venvs with get-pip.py from a host we
+# cannot reach; it uses a cached copy when one exists.
+pip_version="$("$venv/bin/python" - <<'PY'
+import re, ansible_test, os
+src = open(os.path.join(os.path.dirname(ansible_test.__file__), "_internal", "python_requirements.py")).read()
+print(re.search(r"pip='([0-9.]+)'", src).group(1))
+PY
+)"
+cache="$HOME/.ansible/test/cache"
+mkdir -p "$cache"
+install -m 0644 tests/tools/get-pip-offline.py "$cache/get_pip_${pip_version//./_}.py"
+
+# Outside the checkout: inside it, ansible-test would see our .git and skip
+# every file that git does not track in *that* tree.
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpu-native-sanity.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+dest="$work/ansible_collections/gpu_native/fleet"
+mkdir -p "$dest"
+# Tracked and untracked-but-not-ignored files: what a clean clone would hold.
+git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ "$dest/"
+cd "$dest"
+"$venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
