@@ -61,9 +61,10 @@ lint: venv collection-link ## ansible-lint, production profile, offline
 molecule: venv image collection-link ## every Molecule scenario, or SCENARIO=name
 	@tests/tools/run-molecule.sh $(SCENARIO)
 
-build: venv ## build the collection tarball into .cache/dist
-	@mkdir -p $(CACHE)/dist
-	$(BIN)/ansible-galaxy collection build --force --output-path $(CACHE)/dist .
+build: venv ## build the collection tarball into .cache/dist (from the files git would commit)
+	@rm -rf $(CACHE)/build-src && mkdir -p $(CACHE)/build-src $(CACHE)/dist
+	@git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ $(CACHE)/build-src/
+	$(BIN)/ansible-galaxy collection build --force --output-path $(abspath $(CACHE)/dist) $(CACHE)/build-src
 
 clean: ## remove caches and test output (keeps .venv and the image)
 	rm -rf $(CACHE) tests/output .pytest_cache
