@@ -22,14 +22,19 @@ export PY_COLORS := 0
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-test: setup ## everything: setup, unit, sanity, lint, molecule (prints each suite's wall time)
+test: setup ## everything: setup, build check, unit, sanity, lint, molecule (prints each suite's wall time)
+	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
 	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
 	@tests/tools/timed lint $(MAKE) --no-print-directory lint
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed --summary
 
-setup: host venv image collection-link ## host packages, podman config, venv, image
+setup: ## host packages, podman config, venv, image (each step timed)
+	@tests/tools/timed host $(MAKE) --no-print-directory host
+	@tests/tools/timed venv $(MAKE) --no-print-directory venv
+	@tests/tools/timed image $(MAKE) --no-print-directory image
+	@$(MAKE) --no-print-directory collection-link
 
 host: ## Debian packages and podman config (root)
 	@tests/tools/setup-host.sh
