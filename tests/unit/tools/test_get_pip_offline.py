@@ -1,0 +1,38 @@
+"""The offline get-pip stand-in must do what ansible-test expects of get-pip.py."""
+import os
+import subprocess
+import venv
+
+from conftest import REPO_ROOT
+
+STANDIN = os.path.join(REPO_ROOT, "tests", "tools", "get-pip-offline.py")
+
+
+def _pip_version(python):
+    out = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True)
+    return out.returncode, out.stdout
+
+
+def test_bootstraps_requested_pip_into_an_empty_venv(tmp_path):
+    venv.EnvBuilder(with_pip=False).create(str(tmp_path / "venv"))
+    python = str(tmp_path / "venv" / "bin" / "python")
+    assert _pip_version(python)[0] != 0, "a --without-pip venv must start without pip"
+
+    # The exact arguments ansible-test's bootstrap passes to get-pip.py.
+    args = ["--disable-pip-version-check", "pip==24.2", "--no-setuptools", "--no-wheel"]
+    result = subprocess.run([python, STANDIN] + args, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+    rc, version = _pip_version(python)
+    assert rc == 0
+    assert version.startswith("pip 24.2 ")
+
+
+def test_propagates_pip_failure(tmp_path):
+    venv.EnvBuilder(with_pip=False).create(str(tmp_path / "venv"))
+    python = str(tmp_path / "venv" / "bin" / "python")
+    result = subprocess.run(
+        [python, STANDIN, "--disable-pip-version-check", "--no-index", "pip==0.0.0-does-not-exist"],
+        capture_output=True, text=True)
+    assert result.returncode != 0
+
