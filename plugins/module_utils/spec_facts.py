@@ -1,0 +1,580 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Collect the node facts the spec matrix judges, in one pass.
+
+Every source is read at most once and only when something asks for it
+(:class:`NodeFacts` caches each one), so a matrix that names no GPU item
+never runs ``nvidia-smi``.  Files are read under an injectable ``root`` so
+unit tests can point the collector at a fake ``/proc``, ``/sys``,
+os-release and dpkg status tree; subprocesses go through an injectable
+``run_command`` so tests can stand in for the tools.
+
+Subprocesses, at most one each: ``nvidia-smi -q -x``, ``nvidia-ctk
+--version``, ``containerd --version``, ``kubelet --version``, ``systemctl
+show`` (all listed services in one call), ``rpm -q`` (all listed packages
+in one call, only where there is no dpkg database).
+
+A missing source never raises: its value is ``None`` and ``notes[source]``
+says why ("driver not loaded", "containerd not installed").
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import glob
+import os
+import re
+import subprocess
+
+try:
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
+        NvidiaSmiParseError,
+        parse_query_xml,
+    )
+except ImportError:  # pragma: no cover - only while issue 4's parser is absent
+    parse_query_xml = None
+
+    class NvidiaSmiParseError(Exception):
+        """Placeholder so callers can always catch the parser's error."""
+
+#: Seconds a tool may run before it counts as hung (a GPU that fell off the
+#: bus can make nvidia-smi block for minutes).
+TOOL_TIMEOUTS = {"nvidia-smi": 60, "default": 20}
+
+#: Where binaries are looked for besides PATH (kubelet and nvidia-smi are
+#: often outside a non-login PATH).
+EXTRA_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+#: Packages whose version stands for the Container Toolkit when nvidia-ctk
+#: is absent, in order of preference.
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base")
+
+_DRIVER_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)")
+_CTK_VERSION_RE = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.I)
+_KUBELET_VERSION_RE = re.compile(r"Kubernetes\s+(v?\d[\w.+~-]*)")
+_PCI_GPU_CLASSES = ("0x030000", "0x030200")
+_NVIDIA_VENDOR = "0x10de"
+_SERVICE_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState")
+
+
+def default_run_command(argv, timeout=None):
+    """Run ``argv`` with LC_ALL=C; return ``(rc, stdout, stderr)``.
+
+    A missing binary gives rc 127, a timeout rc 124, like a shell would.
+    """
+    env = dict(os.environ)
+    env["LC_ALL"] = "C"
+    env["LANG"] = "C"
+    try:
+        proc = subprocess.run(  # noqa: S603 - argv list, no shell
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, timeout=timeout or TOOL_TIMEOUTS["default"], check=False)
+    except subprocess.TimeoutExpired:
+        return 124, "", "timed out after %ss" % (timeout or TOOL_TIMEOUTS["default"])
+    except OSError as exc:
+        return 127, "", str(exc)
+    return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+
+
+def default_find_binary(name):
+    """Find ``name`` on PATH or in :data:`EXTRA_BIN_DIRS`; ``None`` when absent."""
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    dirs.extend(d for d in EXTRA_BIN_DIRS if d not in dirs)
+    for directory in dirs:
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _first_line(text):
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _lower_state(value):
+    """Normalise an nvidia-smi mode (str or {current, pending}) to lower-case text."""
+    if isinstance(value, dict):
+        value = value.get("current")
+    if value is None:
+        return None
+    return str(value).strip().lower()
+
+
+def _pending_state(value):
+    if isinstance(value, dict) and value.get("pending") is not None:
+        return str(value["pending"]).strip().lower()
+    return None
+
+
+def parse_os_release(text):
+    """Parse os-release text into a dict of lower-cased keys (``id``, ``version_id``...)."""
+    result = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        result[key.strip().lower()] = value
+    return result
+
+
+def parse_dpkg_status(text, names=None):
+    """Return ``{package: version}`` for installed packages in a dpkg status file.
+
+    ``names`` limits the result (multi-arch ``name:arch`` forms are folded
+    into ``name``).  Packages in states other than ``installed`` (e.g.
+    ``deinstall ok config-files``) are left out.
+    """
+    wanted = set(names) if names is not None else None
+    result = {}
+    for paragraph in re.split(r"\n\s*\n", text):
+        fields = {}
+        for line in paragraph.splitlines():
+            if not line or line[0] in " \t":
+                continue
+            key, _, value = line.partition(":")
+            fields[key.strip().lower()] = value.strip()
+        package = fields.get("package")
+        if not package or (wanted is not None and package not in wanted):
+            continue
+        if not fields.get("status", "").endswith(" installed"):
+            continue
+        if "version" in fields:
+            result[package] = fields["version"]
+    return result
+
+
+def parse_driver_version_file(text):
+    """Driver version from ``/proc/driver/nvidia/version`` text, or ``None``."""
+    match = _DRIVER_VERSION_RE.search(text or "")
+    return match.group(1) if match else None
+
+
+def parse_containerd_version(text):
+    """Version from ``containerd --version`` (``containerd <repo> 1.7.22 <commit>``)."""
+    words = _first_line(text).split()
+    if len(words) >= 3 and words[0] == "containerd":
+        return words[2][1:] if words[2][:1] == "v" and words[2][1:2].isdigit() else words[2]
+    for word in words:
+        if re.match(r"^v?\d+\.\d+", word):
+            return word.lstrip("v")
+    return None
+
+
+def parse_ctk_version(text):
+    """Version from ``nvidia-ctk --version`` (``NVIDIA Container Toolkit CLI version 1.17.3``)."""
+    match = _CTK_VERSION_RE.search(text or "")
+    return match.group(1) if match else None
+
+
+def parse_kubelet_version(text):
+    """Version from ``kubelet --version`` (``Kubernetes v1.31.2``), without the ``v``."""
+    match = _KUBELET_VERSION_RE.search(text or "")
+    return match.group(1).lstrip("v") if match else None
+
+
+def parse_systemctl_show(text):
+    """Parse ``systemctl show -p ...`` output for several units into ``{Id: {prop: value}}``."""
+    units = []
+    current = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            if current:
+                units.append(current)
+                current = {}
+            continue
+        key, _, value = line.partition("=")
+        current[key] = value
+    if current:
+        units.append(current)
+    return units
+
+
+class NodeFacts:
+    """Lazily collected, cached node facts.
+
+    ``root`` prefixes every file path (tests pass a fake tree);
+    ``run_command(argv, timeout)`` and ``find_binary(name)`` default to the
+    real ones; ``gpu_xml_parser`` defaults to issue 4's
+    ``nvidia_smi.parse_query_xml``.
+    """
+
+    def __init__(self, root="/", run_command=None, find_binary=None, gpu_xml_parser=None):
+        self.root = root or "/"
+        self._run = run_command or default_run_command
+        self._which = find_binary or default_find_binary
+        self._parse_xml = gpu_xml_parser or parse_query_xml
+        self._cache = {}
+        self.notes = {}
+        self.absent = set()
+        self.commands = []
+        self._wanted_packages = set()
+        self._wanted_services = set()
+        self._wanted_sysctl = set()
+
+    # ---- plumbing -------------------------------------------------------
+    def _path(self, path):
+        return os.path.join(self.root, path.lstrip("/"))
+
+    def _read(self, path):
+        """File text under root, or ``None`` when absent/unreadable."""
+        try:
+            with open(self._path(path), "rb") as handle:
+                return handle.read().decode("utf-8", "replace")
+        except (IOError, OSError):
+            return None
+
+    def _tool(self, name, args, timeout=None):
+        """Run a tool once; returns (rc, out, err) or None when not installed."""
+        binary = self._which(name)
+        if not binary:
+            return None
+        argv = [binary] + list(args)
+        self.commands.append(" ".join([name] + list(args)))
+        return self._run(argv, timeout or TOOL_TIMEOUTS.get(name, TOOL_TIMEOUTS["default"]))
+
+    def _cached(self, key, producer):
+        if key not in self._cache:
+            self._cache[key] = producer()
+        return self._cache[key]
+
+    def _missing(self, key, note):
+        """Record that ``key`` is definitely absent on this node (judged ``fail``, not ``unknown``)."""
+        self.notes[key] = note
+        self.absent.add(key)
+
+    def want(self, packages=(), services=(), sysctl=()):
+        """Declare names to look up, so each lookup is a single pass."""
+        self._wanted_packages.update(packages)
+        self._wanted_services.update(unit_name(s) for s in services)
+        self._wanted_sysctl.update(sysctl)
+
+    # ---- sources ----------------------------------------------------------
+    def os_release(self):
+        """``{id, version_id, version_codename, pretty_name, ...}`` or ``None``."""
+        def produce():
+            text = self._read("/etc/os-release")
+            if text is None:
+                text = self._read("/usr/lib/os-release")
+            if text is None:
+                self.notes["os"] = "no /etc/os-release or /usr/lib/os-release"
+                return None
+            return parse_os_release(text)
+        return self._cached("os", produce)
+
+    def kernel_release(self):
+        def produce():
+            text = self._read("/proc/sys/kernel/osrelease")
+            if text is None:
+                self.notes["kernel"] = "/proc/sys/kernel/osrelease unreadable"
+                return None
+            return text.strip()
+        return self._cached("kernel", produce)
+
+    def hostname(self):
+        return self._cached("hostname", lambda: (self._read("/proc/sys/kernel/hostname") or "").strip() or None)
+
+    def kernel_modules(self):
+        """Names of loaded modules (from /proc/modules), or ``None``."""
+        def produce():
+            text = self._read("/proc/modules")
+            if text is None:
+                self.notes["kernel_modules"] = "/proc/modules unreadable"
+                return None
+            return sorted(line.split()[0] for line in text.splitlines() if line.strip())
+        return self._cached("kernel_modules", produce)
+
+    def module_builtin(self, name):
+        """True when ``name`` is built into the kernel (listed in modules.builtin)."""
+        release = self.kernel_release()
+        if not release:
+            return False
+        text = self._cached("modules_builtin", lambda: self._read("/lib/modules/%s/modules.builtin" % release) or "")
+        wanted = name.replace("-", "_")
+        for line in text.splitlines():
+            base = os.path.basename(line.strip())
+            if base.endswith(".ko"):
+                base = base[:-3]
+            if base.replace("-", "_") == wanted:
+                return True
+        return False
+
+    def sysctl(self):
+        """``{key: value}`` for the wanted keys; unreadable keys map to ``None``."""
+        def produce():
+            values = {}
+            for key in sorted(self._wanted_sysctl):
+                relative = key.replace(".", "/") if "/" not in key else key
+                text = self._read("/proc/sys/" + relative.lstrip("/"))
+                if text is None:
+                    self._missing("sysctl." + key, "no such key under /proc/sys")
+                    values[key] = None
+                else:
+                    values[key] = " ".join(text.split())
+            return values
+        return self._cached("sysctl", produce)
+
+    def packages(self):
+        """``{name: version or None}`` for wanted packages (dpkg status, else one rpm call)."""
+        def produce():
+            names = sorted(self._wanted_packages | set(TOOLKIT_PACKAGES))
+            status = self._read("/var/lib/dpkg/status")
+            if status is not None:
+                found = parse_dpkg_status(status, names)
+                self._cache["package_manager"] = "dpkg"
+                return dict((name, found.get(name)) for name in names)
+            result = self._tool("rpm", ["-q", "--qf", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n"] + names)
+            if result is None:
+                self.notes["packages"] = "no package database (neither /var/lib/dpkg/status nor rpm)"
+                self._cache["package_manager"] = None
+                return dict((name, None) for name in names)
+            self._cache["package_manager"] = "rpm"
+            found = {}
+            for line in result[1].splitlines():
+                words = line.split()
+                if len(words) == 2 and words[0] in names:
+                    version = words[1][2:] if words[1].startswith("0:") else words[1]
+                    found[words[0]] = version
+            return dict((name, found.get(name)) for name in names)
+        return self._cached("packages", produce)
+
+    def services(self):
+        """``{unit: {load_state, active_state, sub_state, unit_file_state}}`` for wanted units."""
+        def produce():
+            units = sorted(self._wanted_services)
+            if not units:
+                return {}
+            if not os.path.isdir(self._path("/run/systemd/system")):
+                self.notes["services"] = "systemd is not running on this host"
+                return dict((unit, None) for unit in units)
+            result = self._tool("systemctl", ["show", "--property=" + ",".join(_SERVICE_PROPERTIES), "--"] + units)
+            if result is None:
+                self.notes["services"] = "systemctl not installed"
+                return dict((unit, None) for unit in units)
+            rc, out, err = result
+            parsed = parse_systemctl_show(out)
+            if rc != 0 and not parsed:
+                self.notes["services"] = "systemctl show failed: %s" % (_first_line(err) or "rc=%s" % rc)
+                return dict((unit, None) for unit in units)
+            values = {}
+            for unit, props in zip(units, parsed):
+                values[unit] = {
+                    "load_state": props.get("LoadState"),
+                    "active_state": props.get("ActiveState"),
+                    "sub_state": props.get("SubState"),
+                    "unit_file_state": props.get("UnitFileState") or None,
+                }
+            for unit in units[len(parsed):]:
+                values[unit] = None
+            return values
+        return self._cached("services", produce)
+
+    def driver(self):
+        """``{version, loaded, source}``; version from /proc, else nvidia-smi."""
+        def produce():
+            text = self._read("/proc/driver/nvidia/version")
+            if text is not None:
+                version = parse_driver_version_file(text)
+                if version:
+                    return {"version": version, "loaded": True, "source": "/proc/driver/nvidia/version"}
+                self.notes["driver"] = "unrecognised /proc/driver/nvidia/version: %s" % _first_line(text)
+                return {"version": None, "loaded": True, "source": None}
+            self._missing("driver", "driver not loaded: no /proc/driver/nvidia/version")
+            return {"version": None, "loaded": False, "source": None}
+        return self._cached("driver", produce)
+
+    def pci_gpu_count(self):
+        """NVIDIA GPUs on the PCI bus by class 0300/0302 (NVSwitch bridges excluded)."""
+        def produce():
+            count = 0
+            for device in glob.glob(self._path("/sys/bus/pci/devices/*")):
+                vendor = _read_plain(os.path.join(device, "vendor"))
+                klass = _read_plain(os.path.join(device, "class"))
+                if vendor == _NVIDIA_VENDOR and klass in _PCI_GPU_CLASSES:
+                    count += 1
+            return count
+        return self._cached("pci_gpu_count", produce)
+
+    def nvidia_smi(self):
+        """The parsed ``nvidia-smi -q -x`` dict, or ``None`` with ``notes['gpu']``."""
+        def produce():
+            if not self.driver()["loaded"]:
+                self._missing("gpu", "driver not loaded")
+                return None
+            if self._parse_xml is None:
+                self.notes["gpu"] = "nvidia-smi parser unavailable in this collection build"
+                return None
+            result = self._tool("nvidia-smi", ["-q", "-x"])
+            if result is None:
+                self._missing("gpu", "nvidia-smi not installed")
+                return None
+            rc, out, err = result
+            if rc != 0 or not out.strip():
+                reason = _first_line(out) or _first_line(err) or "rc=%s" % rc
+                if "version mismatch" in (out + err).lower():
+                    reason = "driver/library version mismatch: %s" % reason
+                self.notes["gpu"] = "nvidia-smi failed: %s" % reason
+                return None
+            try:
+                return self._parse_xml(out)
+            except NvidiaSmiParseError as exc:
+                self.notes["gpu"] = "nvidia-smi output unreadable: %s" % exc
+                return None
+        return self._cached("nvidia_smi", produce)
+
+    def gpu(self):
+        """``{count, pci_count, gpus: [{index, pci_bus_id, uuid, product, ...}]}``."""
+        def produce():
+            parsed = self.nvidia_smi()
+            facts = {"count": None, "pci_count": self.pci_gpu_count(), "gpus": []}
+            if parsed is None:
+                return facts
+            for gpu in parsed.get("gpus") or []:
+                facts["gpus"].append({
+                    "index": gpu.get("index"),
+                    "pci_bus_id": gpu.get("pci_bus_id"),
+                    "pci_device_id": gpu.get("pci_device_id"),
+                    "uuid": gpu.get("uuid"),
+                    "product": gpu.get("product"),
+                    "persistence_mode": _lower_state(gpu.get("persistence_mode")),
+                    "ecc_mode": _lower_state(gpu.get("ecc_mode")),
+                    "ecc_mode_pending": _pending_state(gpu.get("ecc_mode")),
+                    "mig_mode": _lower_state(gpu.get("mig_mode")),
+                    "mig_mode_pending": _pending_state(gpu.get("mig_mode")),
+                    "memory_total_mib": gpu.get("memory_total_mib"),
+                })
+            facts["count"] = len(facts["gpus"])
+            attached = parsed.get("attached_gpus")
+            if attached is not None and attached != facts["count"]:
+                self.notes["gpu.count"] = "nvidia-smi reports attached_gpus=%s but lists %d" % (
+                    attached, facts["count"])
+            return facts
+        return self._cached("gpu", produce)
+
+    def cuda_version(self):
+        parsed = self.nvidia_smi()
+        if parsed is None:
+            return None
+        return parsed.get("cuda_version")
+
+    def driver_version(self):
+        """Kernel module version, else the version nvidia-smi reports."""
+        version = self.driver()["version"]
+        if version is None and self.driver()["loaded"]:
+            parsed = self.nvidia_smi()
+            if parsed is not None and parsed.get("driver_version"):
+                self._cache["driver"]["version"] = parsed["driver_version"]
+                self._cache["driver"]["source"] = "nvidia-smi"
+                version = parsed["driver_version"]
+        return version
+
+    def container_toolkit(self):
+        """``{version, source}`` from nvidia-ctk, else the package database."""
+        def produce():
+            result = self._tool("nvidia-ctk", ["--version"])
+            if result is not None and result[0] == 0:
+                version = parse_ctk_version(result[1])
+                if version:
+                    return {"version": version, "source": "nvidia-ctk"}
+            for name in TOOLKIT_PACKAGES:
+                version = self.packages().get(name)
+                if version:
+                    return {"version": version, "source": "package %s" % name}
+            if result is None:
+                self._missing("container_toolkit", "NVIDIA Container Toolkit not installed")
+            else:
+                self.notes["container_toolkit"] = "nvidia-ctk --version failed: %s" % (
+                    _first_line(result[2]) or _first_line(result[1]) or "rc=%s" % result[0])
+            return {"version": None, "source": None}
+        return self._cached("container_toolkit", produce)
+
+    def _tool_version(self, key, name, parser, label):
+        def produce():
+            result = self._tool(name, ["--version"])
+            if result is None:
+                self._missing(key, "%s not installed" % label)
+                return None
+            rc, out, err = result
+            version = parser(out) or parser(err)
+            if rc != 0 or not version:
+                self.notes[key] = "%s --version failed: %s" % (name, _first_line(err) or _first_line(out) or "rc=%s" % rc)
+                return None
+            return version
+        return self._cached(key, produce)
+
+    def containerd_version(self):
+        return self._tool_version("containerd", "containerd", parse_containerd_version, "containerd")
+
+    def kubelet_version(self):
+        return self._tool_version("kubelet", "kubelet", parse_kubelet_version, "kubelet")
+
+    # ---- everything -----------------------------------------------------
+    def collect_all(self):
+        """Touch every source (``facts_only``)."""
+        self.os_release()
+        self.kernel_release()
+        self.kernel_modules()
+        self.driver_version()
+        self.gpu()
+        self.container_toolkit()
+        self.containerd_version()
+        self.kubelet_version()
+        self.sysctl()
+        self.services()
+
+    def as_dict(self):
+        """The raw values collected so far (sources never asked for are absent)."""
+        cache = self._cache
+        facts = {}
+        if "os" in cache:
+            facts["os"] = cache["os"]
+        if "kernel" in cache:
+            facts["kernel"] = {"release": cache["kernel"]}
+        if "driver" in cache:
+            facts["driver"] = dict(cache["driver"])
+        if "nvidia_smi" in cache:
+            facts["cuda"] = {"version": self.cuda_version()}
+        if "gpu" in cache:
+            facts["gpu"] = cache["gpu"]
+        elif "pci_gpu_count" in cache:
+            facts["gpu"] = {"pci_count": cache["pci_gpu_count"]}
+        if "container_toolkit" in cache:
+            facts["container_toolkit"] = cache["container_toolkit"]
+        if "containerd" in cache:
+            facts["containerd"] = {"version": cache["containerd"]}
+        if "kubelet" in cache:
+            facts["kubernetes"] = {"kubelet_version": cache["kubelet"]}
+        if "kernel_modules" in cache:
+            facts["kernel_modules"] = cache["kernel_modules"]
+        if "sysctl" in cache:
+            facts["sysctl"] = cache["sysctl"]
+        if "packages" in cache:
+            facts["packages"] = cache["packages"]
+            facts["package_manager"] = cache.get("package_manager")
+        if "services" in cache:
+            facts["services"] = cache["services"]
+        facts["commands"] = list(self.commands)
+        facts["notes"] = dict(self.notes)
+        return facts
+
+
+def _read_plain(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip().lower()
+    except (IOError, OSError):
+        return None
+
+
+def unit_name(name):
+    """``nvidia-persistenced`` -> ``nvidia-persistenced.service``; other unit types kept."""
+    if re.search(r"\.(service|socket|timer|mount|target|path|slice|scope|device|swap|automount)$", name):
+        return name
+    return name + ".service"
