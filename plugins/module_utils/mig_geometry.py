@@ -1,0 +1,308 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""MIG geometry per GPU model, as data.
+
+Every MIG-capable model cuts its GPU into compute slices (7; the A30 has 4)
+and memory slots (8; the A30 has 4).  A GPU instance profile may start only
+at certain memory slots and covers ``size`` slots from there; this is what
+``nvidia-smi mig -lgipp`` prints as ``{allowed starts}:size``.  Two instances
+on one GPU must not overlap, and at most one ``+me`` (all media engines)
+instance exists per GPU.
+
+The table below is the single source of truth for the collection.  It holds
+for each model: PCI device ids (``0xDDDD10DE``, the mig-parted
+``device-filter`` form), nvidia-smi product names, slice and slot counts,
+and per profile: the GPU instance profile id, compute slices, allowed starts,
+size in memory slots, memory in GiB as ``-lgip`` prints it, and the
+``+me`` flag.
+
+Sources: the domain brief (profiles, starts, device ids) and real
+``nvidia-smi mig -lgip``/``-lgipp`` captures (tests/fixtures/mig/).  Memory
+figures that no capture shows (H100 NVL, B200, A30) are the published
+MIG user guide values and only feed reports, never feasibility.
+
+Users extend or override the table with ``merge_geometry(overrides)``; the
+``mig_config`` module exposes that as its ``geometry`` option.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import re
+
+# Starts and sizes shared by every 7-slice model (A100, H100, H200, B200).
+_STARTS_1G = [0, 1, 2, 3, 4, 5, 6]
+_STARTS_1G_DOUBLE = [0, 2, 4, 6]
+_STARTS_2G = [0, 2, 4]
+_STARTS_3G = [0, 4]
+_STARTS_4G = [0]
+_STARTS_7G = [0]
+
+
+def _p(profile_id, slices, starts, size, memory_gib, media_extensions=False):
+    return {
+        "id": profile_id,
+        "slices": slices,
+        "starts": list(starts),
+        "size": size,
+        "memory_gib": memory_gib,
+        "media_extensions": media_extensions,
+    }
+
+
+def _seven_slice_profiles(one, one_me, one_double, two, three, four, seven):
+    """Profiles of a 7-slice/8-slot model: each argument is (name, GiB)."""
+    profiles = {
+        one[0]: _p(19, 1, _STARTS_1G, 1, one[1]),
+        one_me[0]: _p(20, 1, _STARTS_1G, 1, one_me[1], media_extensions=True),
+        two[0]: _p(14, 2, _STARTS_2G, 2, two[1]),
+        three[0]: _p(9, 3, _STARTS_3G, 4, three[1]),
+        four[0]: _p(5, 4, _STARTS_4G, 4, four[1]),
+        seven[0]: _p(0, 7, _STARTS_7G, 8, seven[1]),
+    }
+    if one_double is not None:
+        profiles[one_double[0]] = _p(15, 1, _STARTS_1G_DOUBLE, 2, one_double[1])
+    return profiles
+
+
+GEOMETRY = {
+    "A100-40GB": {
+        "description": "NVIDIA A100 40GB (SXM4 and PCIe; A800 40GB)",
+        # 0x20B0 per the brief; 0x20B1/0x20F1/0x20F6 share this geometry in
+        # mig-parted's config-default.yaml.
+        "device_ids": ["0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"],
+        "products": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-40GB"],
+        "slices": 7,
+        "memory_slots": 8,
+        "profiles": _seven_slice_profiles(
+            ("1g.5gb", 4.75), ("1g.5gb+me", 4.75), ("1g.10gb", 9.75), ("2g.10gb", 9.75),
+            ("3g.20gb", 19.62), ("4g.20gb", 19.62), ("7g.40gb", 39.50)),
+    },
+    "A100-80GB": {
+        "description": "NVIDIA A100 80GB (SXM4 and PCIe; A800 80GB)",
+        "device_ids": ["0x20B210DE", "0x20B510DE", "0x20F310DE", "0x20F510DE"],
+        "products": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe"],
+        "slices": 7,
+        "memory_slots": 8,
+        # 1g.20gb (ID 15) appears with R525+ drivers; 515 lacks it.
+        "profiles": _seven_slice_profiles(
+            ("1g.10gb", 9.50), ("1g.10gb+me", 9.50), ("1g.20gb", 19.50), ("2g.20gb", 19.50),
+            ("3g.40gb", 39.25), ("4g.40gb", 39.25), ("7g.80gb", 79.00)),
+    },
+    "H100-80GB": {
+        "description": "NVIDIA H100 80GB (SXM5 HBM3 and PCIe; H800 80GB)",
+        "device_ids": ["0x233010DE", "0x233110DE", "0x232210DE", "0x232410DE"],
+        "products": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe"],
+        "slices": 7,
+        "memory_slots": 8,
+        "profiles": _seven_slice_profiles(
+            ("1g.10gb", 9.75), ("1g.10gb+me", 9.75), ("1g.20gb", 19.62), ("2g.20gb", 19.62),
+            ("3g.40gb", 39.50), ("4g.40gb", 39.50), ("7g.80gb", 79.25)),
+    },
+    "H100-NVL": {
+        "description": "NVIDIA H100 NVL 94GB (H800 NVL)",
+        "device_ids": ["0x232110DE", "0x233A10DE"],
+        "products": ["NVIDIA H100 NVL", "NVIDIA H800 NVL"],
+        "slices": 7,
+        "memory_slots": 8,
+        "profiles": _seven_slice_profiles(
+            ("1g.12gb", 10.75), ("1g.12gb+me", 10.75), ("1g.24gb", 21.62), ("2g.24gb", 21.62),
+            ("3g.47gb", 46.38), ("4g.47gb", 46.38), ("7g.94gb", 93.12)),
+    },
+    "H200-141GB": {
+        "description": "NVIDIA H200 141GB (SXM and NVL)",
+        "device_ids": ["0x233510DE", "0x233B10DE"],
+        "products": ["NVIDIA H200", "NVIDIA H200 NVL"],
+        "slices": 7,
+        "memory_slots": 8,
+        "profiles": _seven_slice_profiles(
+            ("1g.18gb", 16.00), ("1g.18gb+me", 16.00), ("1g.35gb", 32.50), ("2g.35gb", 32.50),
+            ("3g.71gb", 69.50), ("4g.71gb", 69.50), ("7g.141gb", 140.00)),
+    },
+    "B200": {
+        "description": "NVIDIA B200 180GB",
+        "device_ids": ["0x290110DE"],
+        "products": ["NVIDIA B200"],
+        "slices": 7,
+        "memory_slots": 8,
+        "profiles": _seven_slice_profiles(
+            ("1g.23gb", 21.75), ("1g.23gb+me", 21.75), ("1g.45gb", 44.00), ("2g.45gb", 44.00),
+            ("3g.90gb", 89.25), ("4g.90gb", 89.25), ("7g.180gb", 178.50)),
+    },
+    "A30": {
+        "description": "NVIDIA A30 24GB",
+        "device_ids": ["0x20B710DE"],
+        "products": ["NVIDIA A30"],
+        "slices": 4,
+        "memory_slots": 4,
+        "profiles": {
+            "1g.6gb": _p(14, 1, [0, 1, 2, 3], 1, 5.81),
+            "1g.6gb+me": _p(21, 1, [0, 1, 2, 3], 1, 5.81, media_extensions=True),
+            "2g.12gb": _p(5, 2, [0, 2], 2, 11.69),
+            "2g.12gb+me": _p(6, 2, [0, 2], 2, 11.69, media_extensions=True),
+            "4g.24gb": _p(0, 4, [0], 4, 23.44),
+        },
+    },
+}
+
+# At most this many +me instances exist on one GPU: they take every media engine.
+MEDIA_EXTENSION_LIMIT = 1
+
+# "1g.10gb", "7g.141gb", "1g.10gb+me"; mig-parted's compute-instance form
+# "1c.2g.10gb" is recognised so that it can be reported clearly.
+PROFILE_NAME_RE = re.compile(r"^(?:(?P<ci>[1-9])c\.)?(?P<slices>[1-9])g\.(?P<memory>[1-9][0-9]*)gb(?P<me>\+me)?$")
+
+_DEVICE_ID_RE = (
+    re.compile(r"^0x(?P<device>[0-9a-fA-F]{4})(?P<vendor>[0-9a-fA-F]{4})$"),   # 0x233010DE
+    re.compile(r"^(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})$"),    # 10de:2330
+    re.compile(r"^0x(?P<device>[0-9a-fA-F]{4})$"),                            # 0x2330
+    re.compile(r"^(?P<device>[0-9a-fA-F]{4})(?P<vendor>[0-9a-fA-F]{4})$"),     # 233010DE (nvidia-smi -q -x)
+)
+NVIDIA_VENDOR = "10de"
+
+
+class GeometryError(ValueError):
+    """A geometry override or a device id is malformed."""
+
+
+def normalize_device_id(text):
+    """Return a PCI device id in mig-parted's ``0xDDDD10DE`` form (upper case).
+
+    Accepts ``0x2330``, ``0x233010DE``, ``233010DE`` (nvidia-smi ``-q -x``) and
+    ``10de:2330`` (lspci).  A vendor other than NVIDIA's is kept as given.
+    Raises ``GeometryError`` for anything else.
+    """
+    candidate = str(text).strip()
+    for pattern in _DEVICE_ID_RE:
+        match = pattern.match(candidate)
+        if match:
+            vendor = (match.groupdict().get("vendor") or NVIDIA_VENDOR)
+            return "0x%s%s" % (match.group("device").upper(), vendor.upper())
+    raise GeometryError(
+        "%r is not a PCI device id; use 0x2330, 0x233010DE or 10de:2330" % (candidate,))
+
+
+def _normal_product(name):
+    text = re.sub(r"\s+", " ", str(name).strip()).lower()
+    if text.startswith("nvidia "):
+        text = text[len("nvidia "):]
+    return text
+
+
+def merge_geometry(overrides=None, base=None):
+    """Return a deep copy of ``base`` (default ``GEOMETRY``) with ``overrides``.
+
+    ``overrides`` maps model name to a model dict.  A known model is merged
+    key by key (``profiles`` profile by profile); a new model must be complete.
+    Raises ``GeometryError`` naming the path of the first problem.
+    """
+    merged = copy.deepcopy(GEOMETRY if base is None else base)
+    if not overrides:
+        return merged
+    if not isinstance(overrides, dict):
+        raise GeometryError("geometry must be a mapping of model name to model data")
+    model_keys = ("description", "device_ids", "products", "slices", "memory_slots", "profiles")
+    profile_keys = ("id", "slices", "starts", "size", "memory_gib", "media_extensions")
+    for model, data in overrides.items():
+        path = "geometry.%s" % model
+        if not isinstance(data, dict):
+            raise GeometryError("%s must be a mapping" % path)
+        for key in data:
+            if key not in model_keys:
+                raise GeometryError("%s.%s is not a known key (known: %s)" % (path, key, ", ".join(model_keys)))
+        target = merged.setdefault(model, {"description": model, "device_ids": [], "products": [], "profiles": {}})
+        for key in ("description", "slices", "memory_slots"):
+            if key in data:
+                target[key] = data[key]
+        for key in ("device_ids", "products"):
+            if key in data:
+                if not isinstance(data[key], list):
+                    raise GeometryError("%s.%s must be a list" % (path, key))
+                target[key] = list(data[key])
+        for name, profile in (data.get("profiles") or {}).items():
+            ppath = "%s.profiles.%s" % (path, name)
+            if not PROFILE_NAME_RE.match(str(name)):
+                raise GeometryError("%s: profile names look like 1g.10gb or 1g.10gb+me" % ppath)
+            if not isinstance(profile, dict):
+                raise GeometryError("%s must be a mapping" % ppath)
+            for key in profile:
+                if key not in profile_keys:
+                    raise GeometryError("%s.%s is not a known key (known: %s)" % (ppath, key, ", ".join(profile_keys)))
+            entry = dict(target["profiles"].get(name) or {})
+            entry.update(profile)
+            match = PROFILE_NAME_RE.match(str(name))
+            entry.setdefault("slices", int(match.group("slices")))
+            entry.setdefault("media_extensions", bool(match.group("me")))
+            entry.setdefault("memory_gib", None)
+            for key in ("id", "starts", "size"):
+                if key not in entry:
+                    raise GeometryError("%s.%s is required for a new profile" % (ppath, key))
+            target["profiles"][name] = entry
+        for key in ("slices", "memory_slots"):
+            if not isinstance(target.get(key), int) or isinstance(target.get(key), bool) or target[key] < 1:
+                raise GeometryError("%s.%s must be a positive integer" % (path, key))
+        try:
+            target["device_ids"] = [normalize_device_id(d) for d in target.get("device_ids", [])]
+        except GeometryError as exc:
+            raise GeometryError("%s.device_ids: %s" % (path, exc))
+        for name, profile in target["profiles"].items():
+            ppath = "%s.profiles.%s" % (path, name)
+            starts = profile["starts"]
+            size = profile["size"]
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise GeometryError("%s.size must be a positive integer" % ppath)
+            if not isinstance(starts, list) or not starts or not all(
+                    isinstance(s, int) and not isinstance(s, bool) and 0 <= s and s + size <= target["memory_slots"]
+                    for s in starts):
+                raise GeometryError(
+                    "%s.starts must be a non-empty list of slots with start + size <= %d"
+                    % (ppath, target["memory_slots"]))
+    return merged
+
+
+class GeometryIndex:
+    """Lookups over one geometry table (device id or product -> model)."""
+
+    def __init__(self, geometry=None):
+        self.geometry = GEOMETRY if geometry is None else geometry
+        self._by_device = {}
+        self._by_product = {}
+        for model, data in self.geometry.items():
+            for device_id in data.get("device_ids", []):
+                self._by_device[normalize_device_id(device_id)] = model
+            for product in data.get("products", []):
+                self._by_product[_normal_product(product)] = model
+
+    def model_for_device_id(self, device_id):
+        """Model name for a device id in any accepted spelling, or None."""
+        try:
+            return self._by_device.get(normalize_device_id(device_id))
+        except GeometryError:
+            return None
+
+    def model_for_product(self, product):
+        """Model name for an nvidia-smi product name (case and ``NVIDIA `` prefix ignored), or None."""
+        if product is None:
+            return None
+        return self._by_product.get(_normal_product(product))
+
+    def profile(self, model, name):
+        """The profile dict, or None when the model has no such profile."""
+        data = self.geometry.get(model)
+        if data is None:
+            return None
+        return data["profiles"].get(name)
+
+    def profile_by_id(self, model, profile_id):
+        """(name, profile) for a GPU instance profile id, or (None, None)."""
+        data = self.geometry.get(model) or {}
+        for name, profile in data.get("profiles", {}).items():
+            if profile["id"] == profile_id:
+                return name, profile
+        return None, None
+
+    def models(self):
+        return sorted(self.geometry)
