@@ -1,0 +1,550 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU readiness verdict: per-GPU health, Xid actions and count checks.
+
+Shared by the ``gpu_health`` module and the ``gpu_readiness`` node agent.
+
+``evaluate(inputs, expected_gpus=None, xid_actions=None)`` judges each GPU
+from the tools' output, never from exit codes.  ``inputs`` is a dict with any
+of ``nvidia_smi_xml``, ``nvidia_smi_query``, ``nvidia_smi`` (texts),
+``lspci`` (text) or ``pci_devices`` (parsed list, e.g. from sysfs),
+``kernel_log`` (text), ``device_plugin_count`` (int) and ``driver_error``
+(a one-line cause when nvidia-smi could not be run at all).
+
+``collect_live(run_command, ...)`` gathers those inputs on a node; it takes
+``run_command(argv) -> (rc, stdout, stderr)`` so the module passes
+``module.run_command`` and the agent a subprocess wrapper.
+
+Verdict rules (each one is tested):
+
+* a GPU is unhealthy when its table row shows ``ERR!``; nvidia-smi cannot get
+  its handle or says "GPU is lost"; the kernel says it fell off the bus; a
+  ``-q`` field reads ``Unknown Error``; remapped rows are pending or remapping
+  failed; an uncorrectable volatile ECC count is above zero with an action
+  pending; the driver asks for a reset or reboot; or an Xid whose action is
+  ``reset_gpu``/``reboot_node`` was seen and not cleared (a later driver load,
+  or for Xid 154 a later "to 0x0 (None)" line, clears it);
+* the node is not ready when a GPU is unhealthy, the PCI and nvidia-smi counts
+  differ, a known device-plugin count differs, ``expected_gpus`` differs, or
+  the driver cannot be reached.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
+    NvidiaSmiParseError,
+    detect_no_driver,
+    parse_query_text,
+    parse_query_xml,
+    parse_table,
+)
+from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+    count_nvidia_gpus,
+    nvidia_gpus,
+    parse_lspci,
+    read_sysfs_pci_devices,
+)
+from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import (
+    ACTION_RANK,
+    FATAL_ACTIONS,
+    classify,
+    describe,
+    merge_overrides,
+    parse_kernel_log,
+    xid_154_action,
+)
+
+NO_ACTION = "none"
+_SINCE_RE = re.compile(r"^\d+\s*(s|sec|m|min|h|d|w)$")
+_PENDING_RECOVERY = {
+    "gpu reset": "reset_gpu",
+    "reset": "reset_gpu",
+    "drain and reset": "reset_gpu",
+    "node reboot": "reboot_node",
+    "reboot": "reboot_node",
+    "drain p2p": "reset_gpu",
+}
+
+
+class GpuHealthError(ValueError):
+    """Input the verdict cannot be computed from (one line, with the fix)."""
+
+
+def _stronger(first, second):
+    if first in (None, NO_ACTION):
+        return second
+    if second in (None, NO_ACTION):
+        return first
+    return first if ACTION_RANK.get(first, 0) >= ACTION_RANK.get(second, 0) else second
+
+
+class _Gpu(object):
+    def __init__(self, bus_id):
+        self.pci_bus_id = bus_id
+        self.index = None
+        self.uuid = None
+        self.product = None
+        self.problems = []
+        self.notes = []
+        self.action = NO_ACTION
+        self.mig_enabled = False
+        self.mig_device_count = 0
+        self.seen_by_nvidia_smi = False
+
+    def problem(self, text, action):
+        if text not in self.problems:
+            self.problems.append(text)
+        self.action = _stronger(self.action, action)
+
+    def label(self):
+        index = "?" if self.index is None else str(self.index)
+        text = "GPU %s %s" % (index, self.pci_bus_id or "(unknown bus id)")
+        if self.uuid:
+            text += " (%s)" % self.uuid
+        return text
+
+    def as_dict(self):
+        return {
+            "index": self.index,
+            "pci_bus_id": self.pci_bus_id,
+            "uuid": self.uuid,
+            "product": self.product,
+            "healthy": not self.problems,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
+        }
+
+
+class _Gpus(object):
+    def __init__(self):
+        self.by_bus = {}
+        self.order = []
+
+    def get(self, bus_id):
+        key = bus_id or "unknown"
+        if key not in self.by_bus:
+            self.by_bus[key] = _Gpu(bus_id)
+            self.order.append(key)
+        return self.by_bus[key]
+
+    def all(self):
+        gpus = [self.by_bus[key] for key in self.order]
+        return sorted(gpus, key=lambda g: (g.index is None, g.index if g.index is not None else 0, g.pci_bus_id or ""))
+
+
+def _apply_query(gpus, report, source):
+    for position, data in enumerate(report["gpus"]):
+        gpu = gpus.get(data["pci_bus_id"])
+        gpu.seen_by_nvidia_smi = True
+        if gpu.index is None:
+            gpu.index = position
+        gpu.uuid = gpu.uuid or data.get("uuid")
+        gpu.product = gpu.product or data.get("product")
+        if (data.get("mig_mode") or "").lower() == "enabled":
+            gpu.mig_enabled = True
+            gpu.mig_device_count = max(gpu.mig_device_count, len(data.get("mig_devices") or []))
+        if data.get("lost"):
+            gpu.problem("nvidia-smi %s says the GPU is lost" % source, "reboot_node")
+        unknown = data.get("unknown_error_fields") or []
+        if unknown:
+            shown = ", ".join(unknown[:6]) + (" and %d more" % (len(unknown) - 6) if len(unknown) > 6 else "")
+            gpu.problem("nvidia-smi %s fields read 'Unknown Error' (%s)" % (source, shown), "reset_gpu")
+        remapped = data.get("remapped_rows")
+        if remapped:
+            if remapped.get("pending"):
+                gpu.problem("row remapping is pending: reset the GPU to activate it", "reset_gpu")
+            if remapped.get("failure"):
+                gpu.problem("row remapping failed: the GPU needs service (RMA workflow)", "reset_gpu")
+        ecc = data.get("ecc_errors") or {}
+        volatile = ecc.get("volatile_uncorrectable")
+        pending = (
+            (remapped or {}).get("pending")
+            or data.get("retired_pages_pending")
+            or data.get("reset_required")
+            or data.get("drain_and_reset_recommended")
+        )
+        if volatile:
+            if pending:
+                gpu.problem("%d uncorrectable volatile ECC errors with a pending remap/retirement/reset" % volatile,
+                            "reset_gpu")
+            else:
+                gpu.notes.append("%d uncorrectable volatile ECC errors (no action pending)" % volatile)
+        if data.get("reset_required"):
+            gpu.problem("nvidia-smi reports 'Reset Required: Yes'", "reset_gpu")
+        elif data.get("drain_and_reset_recommended"):
+            gpu.problem("nvidia-smi reports 'Drain and Reset Recommended: Yes'", "reset_gpu")
+        recovery = (data.get("recovery_action") or "None").strip()
+        if recovery.lower() not in ("none", ""):
+            gpu.problem("nvidia-smi reports GPU recovery action '%s'" % recovery,
+                        _PENDING_RECOVERY.get(recovery.lower(), "reset_gpu"))
+
+
+def _apply_table(gpus, table):
+    for row in table["gpus"]:
+        gpu = gpus.get(row["pci_bus_id"])
+        gpu.seen_by_nvidia_smi = True
+        gpu.index = row["index"]  # the table's index is nvidia-smi's own
+        gpu.product = gpu.product or row.get("product")
+        if (row.get("mig_mode") or "").lower() == "enabled":
+            gpu.mig_enabled = True
+        if row["err"]:
+            fields = ", ".join(row.get("err_fields") or []) or "row"
+            gpu.problem("nvidia-smi table shows ERR! (%s)" % fields, "reset_gpu")
+
+
+def _apply_handle_errors(gpus, errors):
+    for error in errors:
+        gpu = gpus.get(error["pci_bus_id"])
+        gpu.seen_by_nvidia_smi = True
+        lost = "gpu is lost" in error["message"].lower()
+        gpu.problem("nvidia-smi cannot get its handle: %s" % error["message"],
+                    "reboot_node" if lost else "reset_gpu")
+
+
+def _xid_events(gpus, kernel, catalog):
+    """Deduplicate Xid lines per (xid, GPU), apply clearing, mark GPUs."""
+    for bus_id, uuid in kernel["uuid_map"].items():
+        if bus_id in gpus.by_bus and not gpus.by_bus[bus_id].uuid:
+            gpus.by_bus[bus_id].uuid = uuid
+    last_driver_load = max(kernel["driver_loads"]) if kernel["driver_loads"] else 0
+    entries = {}
+    order = []
+    dbe_seen = set()
+    for event in kernel["events"]:
+        key = (event["xid"], event["pci_bus_id"])
+        action = classify(event["xid"], event["message"], catalog)
+        cleared = event["line"] < last_driver_load
+        note = None
+        if event["xid"] == 48 and not cleared:
+            dbe_seen.add(event["pci_bus_id"])
+        if event["xid"] == 63 and event["pci_bus_id"] in dbe_seen and not catalog.get(63, {}).get("overridden"):
+            action = "reset_gpu"
+            note = "row remap pending after a DBE (Xid 48): reset the GPU to activate it"
+        if event["xid"] == 154 and not catalog.get(154, {}).get("overridden"):
+            pending_action, clears = xid_154_action(event["message"])
+            if clears:
+                # "... to 0x0 (None)": every earlier 154 line for this GPU is cleared
+                if key in entries:
+                    for line in entries[key]["_lines"]:
+                        line["cleared"] = True
+                action = "ignore"
+                cleared = True
+            else:
+                action = pending_action
+        if key not in entries:
+            entries[key] = {
+                "xid": event["xid"],
+                "pci_bus_id": event["pci_bus_id"],
+                "gi": event["gi"],
+                "description": describe(event["xid"], catalog),
+                "message": event["message"],
+                "count": 0,
+                "first_seen": event["timestamp"],
+                "last_seen": event["timestamp"],
+                "pids": [],
+                "processes": [],
+                "_lines": [],
+            }
+            order.append(key)
+        entry = entries[key]
+        entry["count"] += 1
+        entry["last_seen"] = event["timestamp"]
+        entry["message"] = event["message"] or entry["message"]
+        if event["gi"] is not None:
+            entry["gi"] = event["gi"]
+        if event["pid"] is not None and event["pid"] not in entry["pids"]:
+            entry["pids"].append(event["pid"])
+        if event["name"] and event["name"] not in entry["processes"]:
+            entry["processes"].append(event["name"])
+        entry["_lines"].append({"action": action, "cleared": cleared, "note": note})
+    results = []
+    for key in order:
+        entry = entries[key]
+        lines = entry.pop("_lines")
+        action = NO_ACTION
+        pending = NO_ACTION
+        note = None
+        for line in lines:
+            action = _stronger(action, line["action"])
+            if not line["cleared"]:
+                pending = _stronger(pending, line["action"])
+            note = line["note"] or note
+        entry["action"] = action if action != NO_ACTION else "ignore"
+        entry["cleared"] = pending in (NO_ACTION, "ignore") and action in FATAL_ACTIONS
+        if note:
+            entry["note"] = note
+        gpu = gpus.get(entry["pci_bus_id"])
+        gpu.uuid = gpu.uuid or kernel["uuid_map"].get(entry["pci_bus_id"] or "")
+        entry["gpu_index"] = gpu.index
+        entry["uuid"] = gpu.uuid or kernel["uuid_map"].get(entry["pci_bus_id"] or "")
+        if pending in FATAL_ACTIONS:
+            gpu.problem("Xid %d (%s) seen %d time(s), last %s, not cleared: %s" % (
+                entry["xid"], entry["description"], entry["count"], entry["last_seen"] or "(no timestamp)",
+                pending), pending)
+        results.append(entry)
+    for error in kernel["bus_errors"]:
+        if error["line"] < last_driver_load:
+            continue
+        gpu = gpus.get(error["pci_bus_id"])
+        gpu.uuid = gpu.uuid or kernel["uuid_map"].get(error["pci_bus_id"] or "")
+        if error["kind"] == "fallen_off_bus":
+            gpu.problem("the kernel log says the GPU has fallen off the bus", "reboot_node")
+        else:
+            gpu.problem("the kernel log says the GPU is lost", "reboot_node")
+    # Finish labels now that indexes/UUIDs are known.
+    for entry in results:
+        gpu = gpus.by_bus.get(entry["pci_bus_id"] or "unknown")
+        if gpu is not None:
+            entry["gpu_index"] = gpu.index
+            entry["uuid"] = entry["uuid"] or gpu.uuid
+    return results
+
+
+def _pci_devices(inputs):
+    if inputs.get("pci_devices") is not None:
+        return inputs["pci_devices"]
+    if inputs.get("lspci") is not None:
+        return parse_lspci(inputs["lspci"])
+    return None
+
+
+def evaluate(inputs, expected_gpus=None, xid_actions=None):
+    """Compute the readiness verdict (see the module docstring)."""
+    catalog = merge_overrides(xid_actions)
+    gpus = _Gpus()
+    reasons = []
+    notes = []
+    driver_version = cuda_version = None
+    driver_reachable = None
+    attached = None
+    nvidia_smi_seen = False
+
+    driver_error = inputs.get("driver_error")
+    texts = [inputs.get(k) for k in ("nvidia_smi_xml", "nvidia_smi_query", "nvidia_smi") if inputs.get(k)]
+    no_driver_text = [t for t in texts if detect_no_driver(t)]
+    if driver_error or no_driver_text:
+        driver_reachable = False
+        cause = driver_error or [line for line in no_driver_text[0].splitlines() if line.strip()][0].strip()
+        reasons.append("The NVIDIA driver cannot be reached: %s Fix: load the nvidia kernel module "
+                       "(modprobe nvidia) or reinstall the driver so that nvidia-smi can reach it." % cause)
+
+    def parse(key, parser, label):
+        text = inputs.get(key)
+        if not text or detect_no_driver(text):
+            return None
+        try:
+            return parser(text)
+        except NvidiaSmiParseError as exc:
+            raise GpuHealthError("%s cannot be parsed: %s. Fix: pass the unmodified output of `%s`." % (key, exc, label))
+
+    report_xml = parse("nvidia_smi_xml", parse_query_xml, "nvidia-smi -q -x")
+    report_text = parse("nvidia_smi_query", parse_query_text, "nvidia-smi -q")
+    table = parse("nvidia_smi", parse_table, "nvidia-smi")
+    for report, source in ((report_xml, "-q -x"), (report_text, "-q")):
+        if report is None:
+            continue
+        nvidia_smi_seen = True
+        driver_version = driver_version or report["driver_version"]
+        cuda_version = cuda_version or report["cuda_version"]
+        if attached is None:
+            attached = report["attached_gpus"]
+        _apply_query(gpus, report, source)
+        _apply_handle_errors(gpus, report["handle_errors"])
+        if report["attached_gpus"] is not None and report["attached_gpus"] != len(report["gpus"]):
+            notes.append("nvidia-smi %s reports %d attached GPUs but describes %d; GPUs it does not describe "
+                            "are judged from the other inputs only" % (source, report["attached_gpus"], len(report["gpus"])))
+    if table is not None:
+        nvidia_smi_seen = True
+        driver_version = driver_version or table["driver_version"]
+        cuda_version = cuda_version or table["cuda_version"]
+        _apply_table(gpus, table)
+        _apply_handle_errors(gpus, table["handle_errors"])
+    if nvidia_smi_seen and driver_reachable is None:
+        driver_reachable = True
+
+    kernel = parse_kernel_log(inputs.get("kernel_log") or "")
+    xid_events = _xid_events(gpus, kernel, catalog)
+
+    nvidia_smi_count = None
+    if nvidia_smi_seen:
+        seen = len([g for g in gpus.all() if g.seen_by_nvidia_smi])
+        nvidia_smi_count = attached if attached is not None and attached >= seen else seen
+    elif driver_reachable is False:
+        nvidia_smi_count = 0
+
+    pci_devices = _pci_devices(inputs)
+    pci_count = count_nvidia_gpus(pci_devices) if pci_devices is not None else None
+
+    for gpu in gpus.all():
+        if gpu.problems:
+            reasons.append("%s is unhealthy: %s" % (gpu.label(), "; ".join(gpu.problems)))
+
+    if pci_count is not None and nvidia_smi_count is not None and pci_count != nvidia_smi_count:
+        missing = []
+        smi_buses = set(g.pci_bus_id for g in gpus.all() if g.seen_by_nvidia_smi)
+        if smi_buses:
+            missing = [d["pci_bus_id"] for d in nvidia_gpus(pci_devices) if d["pci_bus_id"] not in smi_buses]
+        reasons.append("PCI shows %d NVIDIA GPUs (class 0302/0300, NVSwitches excluded) but nvidia-smi sees %d%s. "
+                       "Fix: check dmesg for the missing GPUs, reseat or reset them." % (
+                           pci_count, nvidia_smi_count,
+                           ("; not seen by nvidia-smi: %s" % ", ".join(missing)) if missing else ""))
+
+    plugin_count = inputs.get("device_plugin_count")
+    if plugin_count is not None:
+        reference = pci_count if pci_count is not None else nvidia_smi_count
+        acceptable = set()
+        if reference is not None:
+            acceptable.add(reference)
+        mig_total = sum(g.mig_device_count if g.mig_enabled else 1 for g in gpus.all() if g.seen_by_nvidia_smi)
+        if any(g.mig_enabled for g in gpus.all()):
+            acceptable.add(mig_total)  # MIG "single" strategy exposes one nvidia.com/gpu per MIG device
+        if acceptable and plugin_count not in acceptable:
+            reasons.append("The device plugin exposes %d nvidia.com/gpu but the node has %s. Fix: restart the "
+                           "NVIDIA device plugin pod and check its log for unhealthy devices." % (
+                               plugin_count, " or ".join(str(v) for v in sorted(acceptable))))
+
+    if expected_gpus is not None:
+        for label, count in (("nvidia-smi", nvidia_smi_count), ("PCI", pci_count)):
+            if count is not None and count != expected_gpus:
+                reasons.append("expected_gpus is %d but %s shows %d GPUs. Fix: find the missing GPUs or correct "
+                               "expected_gpus for this node." % (expected_gpus, label, count))
+        if nvidia_smi_count is None and pci_count is None:
+            reasons.append("expected_gpus is %d but no GPU count is available. Fix: provide nvidia-smi or lspci "
+                           "output." % expected_gpus)
+
+    if not nvidia_smi_seen and driver_reachable is None:
+        reasons.append("No nvidia-smi output was available, so the GPUs cannot be judged. Fix: provide "
+                       "nvidia_smi_xml, nvidia_smi_query or nvidia_smi.")
+
+    gpu_list = [g for g in gpus.all() if g.pci_bus_id is not None or g.problems]
+    return {
+        "gpu_ready": not reasons,
+        "reasons": reasons,
+        "notes": notes,
+        "driver_reachable": bool(driver_reachable),
+        "driver_version": driver_version,
+        "cuda_version": cuda_version,
+        "gpus": [g.as_dict() for g in gpu_list],
+        "pci_gpu_count": pci_count,
+        "nvidia_smi_gpu_count": nvidia_smi_count,
+        "device_plugin_count": plugin_count,
+        "expected_gpus": expected_gpus,
+        "xid_events": xid_events,
+        "sxid_events": kernel["sxid_events"],
+        "actions": [
+            {"index": g.index, "pci_bus_id": g.pci_bus_id, "uuid": g.uuid, "action": g.action}
+            for g in gpu_list
+        ],
+    }
+
+
+# ---------------------------------------------------------------------------
+# live collection
+# ---------------------------------------------------------------------------
+def validate_since(value):
+    """Check ``xid_since`` (``24h``, ``30min``, ``7d``); return the journalctl form."""
+    text = str(value).strip()
+    if not _SINCE_RE.match(text):
+        raise GpuHealthError("xid_since %r is not a duration. Fix: use a number with s, min, h, d or w, e.g. 24h." % (value,))
+    return "-" + text.replace(" ", "")
+
+
+def _which(name, path_dirs=None):
+    if os.path.isabs(name):
+        return name if os.access(name, os.X_OK) else None
+    for directory in (path_dirs or os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep)):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+_SYSTEM_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+
+
+def collect_live(run_command, nvidia_smi="nvidia-smi", lspci="lspci", kernel_log="auto", xid_since="24h",
+                 sysfs_root="/sys/bus/pci/devices"):
+    """Gather ``evaluate`` inputs on this node.  Returns ``(inputs, sources)``.
+
+    ``sources`` says where each input came from (for the module's result).
+    """
+    since = validate_since(xid_since)
+    path_dirs = os.environ.get("PATH", "").split(os.pathsep) + _SYSTEM_DIRS
+    inputs = {}
+    sources = {}
+
+    smi = _which(nvidia_smi, path_dirs)
+    if smi is None:
+        inputs["driver_error"] = "nvidia-smi was not found (%s)." % nvidia_smi
+        sources["nvidia_smi"] = "missing"
+    else:
+        rc, out, err = run_command([smi, "-q", "-x"])
+        xml_text = (out or "") + ("\n" + err if err else "")
+        try:
+            if detect_no_driver(xml_text):
+                raise NvidiaSmiParseError("no driver")
+            parse_query_xml(out or "")
+            inputs["nvidia_smi_xml"] = out
+            sources["nvidia_smi_xml"] = "%s -q -x (rc=%d)" % (smi, rc)
+        except NvidiaSmiParseError:
+            if detect_no_driver(xml_text):
+                inputs["nvidia_smi_xml"] = xml_text
+                sources["nvidia_smi_xml"] = "%s -q -x (rc=%d)" % (smi, rc)
+            else:
+                rc_q, out_q, err_q = run_command([smi, "-q"])
+                inputs["nvidia_smi_query"] = (out_q or "") + ("\n" + err_q if err_q else "")
+                sources["nvidia_smi_query"] = "%s -q (rc=%d; -q -x was unreadable)" % (smi, rc_q)
+        rc_t, out_t, err_t = run_command([smi])
+        inputs["nvidia_smi"] = (out_t or "") + ("\n" + err_t if err_t else "")
+        sources["nvidia_smi"] = "%s (rc=%d)" % (smi, rc_t)
+
+    lspci_path = _which(lspci, path_dirs)
+    if lspci_path is not None:
+        rc, out, err = run_command([lspci_path, "-nnD"])
+        if rc == 0:
+            inputs["lspci"] = out
+            sources["pci"] = "%s -nnD" % lspci_path
+    if "lspci" not in inputs:
+        if os.path.isdir(sysfs_root):
+            inputs["pci_devices"] = read_sysfs_pci_devices(sysfs_root)
+            sources["pci"] = sysfs_root
+        else:
+            sources["pci"] = "unavailable"
+
+    if kernel_log == "auto":
+        journalctl = _which("journalctl", path_dirs)
+        text = None
+        if journalctl:
+            rc, out, err = run_command([journalctl, "-k", "-b", "--no-pager", "-o", "short-iso", "--since", since])
+            if rc == 0 and "NVRM" in (out or ""):
+                text = out
+                sources["kernel_log"] = "journalctl -k -b --since %s" % since
+        if text is None:
+            dmesg = _which("dmesg", path_dirs)
+            if dmesg:
+                rc, out, err = run_command([dmesg])
+                if rc == 0:
+                    text = out
+                    sources["kernel_log"] = "dmesg (since boot)"
+        if text is None and journalctl:
+            text = ""
+            sources["kernel_log"] = "journalctl -k -b --since %s (no NVRM lines)" % since
+        if text is None:
+            text = ""
+            sources["kernel_log"] = "unavailable"
+        inputs["kernel_log"] = text
+    else:
+        try:
+            with open(kernel_log) as handle:
+                inputs["kernel_log"] = handle.read()
+        except (IOError, OSError) as exc:
+            raise GpuHealthError("kernel_log %s cannot be read: %s. Fix: pass a readable file or 'auto'." % (
+                kernel_log, exc.strerror or exc))
+        sources["kernel_log"] = kernel_log
+    return inputs, sources

@@ -1,0 +1,372 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_health
+short_description: Judge whether a node's GPUs are ready, GPU by GPU
+version_added: 0.1.0
+author:
+  - gpu_native.fleet maintainers
+description:
+  - Node Ready is not GPU Ready. This module gives a per-GPU verdict and a node verdict (O(gpu_ready)) from what
+    C(nvidia-smi), C(lspci) (or sysfs) and the kernel log say, never from C(nvidia-smi)'s exit code, which is 0
+    even while a GPU shows C(ERR!).
+  - "A GPU is unhealthy when its table row shows C(ERR!); nvidia-smi cannot get its handle or says C(GPU is lost);
+    the kernel says it has fallen off the bus (even with no Xid line); a C(-q) field reads C(Unknown Error);
+    remapped rows are pending or remapping failed; an uncorrectable volatile ECC count is above zero with an
+    action pending; the driver asks for a reset; or an Xid whose action is C(reset_gpu) or C(reboot_node) was
+    seen and not cleared."
+  - Xids are classified with the collection's Xid catalog (NVIDIA's immediate actions). Xid 154 is judged by its
+    text, and a later C(to 0x0 (None)) line for the same GPU clears it. A driver load line clears earlier Xids.
+    MIG lines (C(GPU-I:NN)) map to their parent GPU and keep the GPU instance in RV(xid_events[].gi).
+    Xid 13, 31, 43 and 94 alone leave the GPU healthy and are reported.
+  - "The node is not ready when a GPU is unhealthy, the PCI count (class 0302/0300, vendor 10de; NVSwitches excluded)
+    and the nvidia-smi count differ, a known device-plugin count differs, O(expected_gpus) differs, or the driver
+    cannot be reached."
+  - With O(source=captured) it judges a support bundle offline.
+options:
+  source:
+    description:
+      - V(live) runs the tools on the node; V(captured) judges the texts in O(captured).
+    type: str
+    choices: [live, captured]
+    default: live
+  captured:
+    description:
+      - Tool outputs to judge when O(source=captured). Any subset of the keys below; unknown keys are rejected.
+    type: dict
+    suboptions:
+      nvidia_smi_xml:
+        description: Output of C(nvidia-smi -q -x). Its DOCTYPE is never resolved.
+        type: str
+      nvidia_smi_query:
+        description: Output of C(nvidia-smi -q).
+        type: str
+      nvidia_smi:
+        description: Output of plain C(nvidia-smi) (the table).
+        type: str
+      lspci:
+        description: Output of C(lspci -nnD), C(lspci -nn) or C(lspci -Dnn).
+        type: str
+      kernel_log:
+        description: C(dmesg) or journal text in any common prefix style.
+        type: str
+      device_plugin_count:
+        description: Number of C(nvidia.com/gpu) the device plugin exposes (node allocatable).
+        type: int
+  nvidia_smi:
+    description:
+      - Live mode. Path or name of the C(nvidia-smi) binary.
+    type: str
+    default: nvidia-smi
+  lspci:
+    description:
+      - Live mode. Path or name of C(lspci); when it is missing the module reads O(pci_sysfs_root).
+    type: str
+    default: lspci
+  pci_sysfs_root:
+    description:
+      - Live mode. sysfs directory of PCI devices, read when C(lspci) is missing.
+    type: path
+    default: /sys/bus/pci/devices
+  kernel_log:
+    description:
+      - Live mode. V(auto) reads C(journalctl -k -b) since O(xid_since), else C(dmesg); anything else is the path
+        of a file holding kernel log text (read whole).
+    type: str
+    default: auto
+  xid_since:
+    description:
+      - Live mode. How far back C(journalctl) reads, as a number with C(s), C(min), C(h), C(d) or C(w).
+    type: str
+    default: 24h
+  device_plugin_count:
+    description:
+      - Live mode. Number of C(nvidia.com/gpu) the device plugin exposes, when known (for example from the node's
+        allocatable). Compared with the PCI count (or, with MIG enabled, the number of MIG devices).
+    type: int
+  expected_gpus:
+    description:
+      - Number of GPUs the node must have. Compared with the nvidia-smi and PCI counts.
+    type: int
+  xid_actions:
+    description:
+      - Overrides of the Xid catalog, Xid number to action (V(ignore), V(restart_app), V(workflow), V(reset_gpu)
+        or V(reboot_node)). An override of 154 replaces the judgement by text.
+    type: dict
+    default: {}
+notes:
+  - Supports check mode; it never changes anything.
+  - Unknown Xids default to V(workflow), which is reported but not fatal unless overridden.
+seealso:
+  - name: Node Ready vs GPU Ready
+    description: The readiness agent, its metrics and the alert rules built on this module's logic.
+    link: https://github.com/gpu-native/fleet/blob/main/docs/gpu_readiness.md
+"""
+
+EXAMPLES = r"""
+- name: Judge the GPUs of this node
+  gpu_native.fleet.gpu_health:
+    expected_gpus: 8
+  register: gpu_health
+
+- name: Stop when a GPU is not ready
+  ansible.builtin.assert:
+    that: gpu_health.gpu_ready
+    fail_msg: "{{ gpu_health.reasons | join('; ') }}"
+
+- name: Triage a support bundle offline
+  gpu_native.fleet.gpu_health:
+    source: captured
+    captured:
+      nvidia_smi: "{{ lookup('ansible.builtin.file', 'bundle/nvidia-smi.txt') }}"
+      nvidia_smi_xml: "{{ lookup('ansible.builtin.file', 'bundle/nvidia-smi-q-x.xml') }}"
+      kernel_log: "{{ lookup('ansible.builtin.file', 'bundle/dmesg.txt') }}"
+      lspci: "{{ lookup('ansible.builtin.file', 'bundle/lspci-nnD.txt') }}"
+    xid_actions:
+      74: reset_gpu
+  delegate_to: localhost
+  register: bundle
+
+- name: Read a kernel log file instead of the journal
+  gpu_native.fleet.gpu_health:
+    kernel_log: /var/log/kern.log
+    device_plugin_count: "{{ node_allocatable['nvidia.com/gpu'] | int }}"
+"""
+
+RETURN = r"""
+gpu_ready:
+  description: Whether the node is GPU ready (no entry in RV(reasons)).
+  returned: always
+  type: bool
+  sample: false
+reasons:
+  description: Why the node is not ready, one line each; GPUs are named by index, bus id and UUID when known.
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 4 0000:83:00.0 (GPU-a40c0de4-0000-4000-8000-000000000004) is unhealthy: nvidia-smi table shows ERR! (name)"]
+notes:
+  description: Findings that do not make the node unready (for example C(attached_gpus) differing from the GPUs described).
+  returned: always
+  type: list
+  elements: str
+driver_reachable:
+  description: Whether nvidia-smi reached the driver.
+  returned: always
+  type: bool
+driver_version:
+  description: Driver version nvidia-smi reports, null when unknown.
+  returned: always
+  type: str
+  sample: 565.57.01
+cuda_version:
+  description: CUDA version the driver supports, null when unknown.
+  returned: always
+  type: str
+  sample: "12.7"
+gpus:
+  description: Every GPU seen by nvidia-smi or named by the kernel log.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: nvidia-smi index, null for a GPU nvidia-smi does not list.
+      type: int
+    pci_bus_id:
+      description: Bus id normalised to C(dddd:bb:dd.f), lower case.
+      type: str
+    uuid:
+      description: GPU UUID, null when unknown.
+      type: str
+    product:
+      description: Product name, null when unknown (for example C(ERR!)).
+      type: str
+    healthy:
+      description: Whether the GPU has no problem.
+      type: bool
+    problems:
+      description: Why the GPU is unhealthy.
+      type: list
+      elements: str
+    notes:
+      description: Findings that do not make the GPU unhealthy.
+      type: list
+      elements: str
+  sample: [{"index": 0, "pci_bus_id": "0000:18:00.0", "uuid": "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1",
+            "product": "NVIDIA H100 80GB HBM3", "healthy": true, "problems": [], "notes": []}]
+pci_gpu_count:
+  description: NVIDIA GPUs on PCI (class 0302 or 0300, vendor 10de; NVSwitches excluded), null when unknown.
+  returned: always
+  type: int
+  sample: 8
+nvidia_smi_gpu_count:
+  description: GPUs nvidia-smi knows (its C(attached_gpus), else the GPUs it lists), 0 without a driver, null when unknown.
+  returned: always
+  type: int
+  sample: 8
+device_plugin_count:
+  description: The device-plugin count that was compared, null when unknown.
+  returned: always
+  type: int
+expected_gpus:
+  description: The O(expected_gpus) that was compared.
+  returned: always
+  type: int
+xid_events:
+  description: Xid lines from the kernel log, deduplicated per (Xid, GPU).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    xid:
+      description: Xid number.
+      type: int
+    pci_bus_id:
+      description: Normalised bus id, null for old lines without one.
+      type: str
+    gpu_index:
+      description: nvidia-smi index of the GPU, null when unknown.
+      type: int
+    uuid:
+      description: GPU UUID, from nvidia-smi or the kernel's C(GPU at PCI:...) line.
+      type: str
+    gi:
+      description: MIG GPU instance of C(GPU-I:NN) lines, null otherwise.
+      type: int
+    action:
+      description: Strongest action of its lines (V(ignore), V(restart_app), V(workflow), V(reset_gpu), V(reboot_node)).
+      type: str
+    cleared:
+      description: A fatal action was seen and later cleared (driver reload, Xid 154 back to C(0x0 (None))).
+      type: bool
+    description:
+      description: Catalog description of the Xid.
+      type: str
+    message:
+      description: Text of the latest line after C(pid=) and C(name=).
+      type: str
+    count:
+      description: Number of lines.
+      type: int
+    first_seen:
+      description: Timestamp of the first line as printed (null without a prefix).
+      type: str
+    last_seen:
+      description: Timestamp of the latest line as printed.
+      type: str
+    pids:
+      description: Process ids named by the lines.
+      type: list
+      elements: int
+    processes:
+      description: Process names named by the lines (the workload).
+      type: list
+      elements: str
+  sample: [{"xid": 119, "pci_bus_id": "0000:83:00.0", "gpu_index": 4, "uuid": null, "gi": null, "action": "reset_gpu",
+            "cleared": false, "count": 2, "first_seen": "Feb 27 16:08:20", "last_seen": "Feb 27 16:08:26",
+            "message": "Timeout waiting for RPC from GSP! Expected function 10 (FREE) (0xa55a0050 0x0).",
+            "description": "GSP RPC timeout", "pids": [2710030], "processes": ["nvidia-smi"]}]
+sxid_events:
+  description: NVSwitch SXid lines (reported only).
+  returned: always
+  type: list
+  elements: dict
+actions:
+  description: Per GPU, the strongest pending action (V(none) when nothing is pending).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"index": 4, "pci_bus_id": "0000:83:00.0", "uuid": null, "action": "reset_gpu"}]
+sources:
+  description: Where each input came from (command lines in live mode, C(captured) otherwise).
+  returned: always
+  type: dict
+  sample: {"nvidia_smi_xml": "/usr/bin/nvidia-smi -q -x (rc=0)", "pci": "/usr/bin/lspci -nnD", "kernel_log": "dmesg (since boot)"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import (
+    GpuHealthError,
+    collect_live,
+    evaluate,
+)
+from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
+
+CAPTURED_KEYS = ("nvidia_smi_xml", "nvidia_smi_query", "nvidia_smi", "lspci", "kernel_log", "device_plugin_count")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            source=dict(type="str", choices=["live", "captured"], default="live"),
+            captured=dict(
+                type="dict",
+                options=dict(
+                    nvidia_smi_xml=dict(type="str"),
+                    nvidia_smi_query=dict(type="str"),
+                    nvidia_smi=dict(type="str"),
+                    lspci=dict(type="str"),
+                    kernel_log=dict(type="str"),
+                    device_plugin_count=dict(type="int"),
+                ),
+            ),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+            lspci=dict(type="str", default="lspci"),
+            pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
+            kernel_log=dict(type="str", default="auto"),
+            xid_since=dict(type="str", default="24h"),
+            device_plugin_count=dict(type="int"),
+            expected_gpus=dict(type="int"),
+            xid_actions=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["source"] == "captured":
+        captured = params["captured"]
+        if not captured or all(captured.get(key) is None for key in CAPTURED_KEYS):
+            module.fail_json(msg="source=captured needs captured outputs. Fix: pass captured with at least one of "
+                                 "%s." % ", ".join(CAPTURED_KEYS))
+        inputs = dict((key, captured[key]) for key in CAPTURED_KEYS if captured.get(key) is not None)
+        sources = dict((key, "captured") for key in inputs)
+    else:
+        if params["captured"]:
+            module.fail_json(msg="captured is only read with source=captured. Fix: set source: captured or drop captured.")
+        try:
+            inputs, sources = collect_live(
+                module.run_command,
+                nvidia_smi=params["nvidia_smi"],
+                lspci=params["lspci"],
+                kernel_log=params["kernel_log"],
+                xid_since=params["xid_since"],
+                sysfs_root=params["pci_sysfs_root"],
+            )
+        except GpuHealthError as exc:
+            module.fail_json(msg=str(exc))
+        if params["device_plugin_count"] is not None:
+            inputs["device_plugin_count"] = params["device_plugin_count"]
+            sources["device_plugin_count"] = "option"
+    for name in ("expected_gpus", "device_plugin_count"):
+        value = inputs.get(name) if name == "device_plugin_count" else params[name]
+        if value is not None and value < 0:
+            module.fail_json(msg="%s is %d. Fix: use a count of 0 or more." % (name, value))
+    try:
+        result = evaluate(inputs, expected_gpus=params["expected_gpus"], xid_actions=params["xid_actions"])
+    except (GpuHealthError, XidCatalogError) as exc:
+        module.fail_json(msg=str(exc))
+    result["sources"] = sources
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
