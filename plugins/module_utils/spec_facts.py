@@ -22,21 +22,19 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import glob
 import os
 import re
 import subprocess
 
-try:
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
-        NvidiaSmiParseError,
-        parse_query_xml,
-    )
-except ImportError:  # pragma: no cover - only while issue 4's parser is absent
-    parse_query_xml = None
-
-    class NvidiaSmiParseError(Exception):
-        """Placeholder so callers can always catch the parser's error."""
+from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
+    NvidiaSmiParseError,
+    detect_no_driver,
+    parse_query_xml,
+)
+from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+    count_nvidia_gpus,
+    read_sysfs_pci_devices,
+)
 
 #: Seconds a tool may run before it counts as hung (a GPU that fell off the
 #: bus can make nvidia-smi block for minutes).
@@ -53,8 +51,6 @@ TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base")
 _DRIVER_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)")
 _CTK_VERSION_RE = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.I)
 _KUBELET_VERSION_RE = re.compile(r"Kubernetes\s+(v?\d[\w.+~-]*)")
-_PCI_GPU_CLASSES = ("0x030000", "0x030200")
-_NVIDIA_VENDOR = "0x10de"
 _SERVICE_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState")
 
 
@@ -202,8 +198,7 @@ class NodeFacts:
 
     ``root`` prefixes every file path (tests pass a fake tree);
     ``run_command(argv, timeout)`` and ``find_binary(name)`` default to the
-    real ones; ``gpu_xml_parser`` defaults to issue 4's
-    ``nvidia_smi.parse_query_xml``.
+    real ones; ``gpu_xml_parser`` defaults to ``nvidia_smi.parse_query_xml``.
     """
 
     def __init__(self, root="/", run_command=None, find_binary=None, gpu_xml_parser=None):
@@ -393,13 +388,7 @@ class NodeFacts:
     def pci_gpu_count(self):
         """NVIDIA GPUs on the PCI bus by class 0300/0302 (NVSwitch bridges excluded)."""
         def produce():
-            count = 0
-            for device in glob.glob(self._path("/sys/bus/pci/devices/*")):
-                vendor = _read_plain(os.path.join(device, "vendor"))
-                klass = _read_plain(os.path.join(device, "class"))
-                if vendor == _NVIDIA_VENDOR and klass in _PCI_GPU_CLASSES:
-                    count += 1
-            return count
+            return count_nvidia_gpus(read_sysfs_pci_devices(self._path("/sys/bus/pci/devices")))
         return self._cached("pci_gpu_count", produce)
 
     def nvidia_smi(self):
@@ -408,9 +397,6 @@ class NodeFacts:
             if not self.driver()["loaded"]:
                 self._missing("gpu", "driver not loaded")
                 return None
-            if self._parse_xml is None:
-                self.notes["gpu"] = "nvidia-smi parser unavailable in this collection build"
-                return None
             result = self._tool("nvidia-smi", ["-q", "-x"])
             if result is None:
                 self._missing("gpu", "nvidia-smi not installed")
@@ -418,8 +404,8 @@ class NodeFacts:
             rc, out, err = result
             if rc != 0 or not out.strip():
                 reason = _first_line(out) or _first_line(err) or "rc=%s" % rc
-                if "version mismatch" in (out + err).lower():
-                    reason = "driver/library version mismatch: %s" % reason
+                if detect_no_driver(out + err):
+                    reason = "driver unreachable: %s" % reason
                 self.notes["gpu"] = "nvidia-smi failed: %s" % reason
                 return None
             try:
@@ -445,9 +431,9 @@ class NodeFacts:
                     "product": gpu.get("product"),
                     "persistence_mode": _lower_state(gpu.get("persistence_mode")),
                     "ecc_mode": _lower_state(gpu.get("ecc_mode")),
-                    "ecc_mode_pending": _pending_state(gpu.get("ecc_mode")),
+                    "ecc_mode_pending": _lower_state(gpu.get("ecc_mode_pending")) or _pending_state(gpu.get("ecc_mode")),
                     "mig_mode": _lower_state(gpu.get("mig_mode")),
-                    "mig_mode_pending": _pending_state(gpu.get("mig_mode")),
+                    "mig_mode_pending": _lower_state(gpu.get("mig_mode_pending")) or _pending_state(gpu.get("mig_mode")),
                     "memory_total_mib": gpu.get("memory_total_mib"),
                 })
             facts["count"] = len(facts["gpus"])
@@ -455,6 +441,8 @@ class NodeFacts:
             if attached is not None and attached != facts["count"]:
                 self.notes["gpu.count"] = "nvidia-smi reports attached_gpus=%s but lists %d" % (
                     attached, facts["count"])
+            if parsed.get("handle_errors"):
+                self.notes["gpu.count"] = "; ".join(e.get("message", "") for e in parsed["handle_errors"])
             return facts
         return self._cached("gpu", produce)
 
@@ -527,6 +515,7 @@ class NodeFacts:
         self.containerd_version()
         self.kubelet_version()
         self.sysctl()
+        self.packages()
         self.services()
 
     def as_dict(self):
@@ -563,14 +552,6 @@ class NodeFacts:
         facts["commands"] = list(self.commands)
         facts["notes"] = dict(self.notes)
         return facts
-
-
-def _read_plain(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip().lower()
-    except (IOError, OSError):
-        return None
 
 
 def unit_name(name):

@@ -101,7 +101,7 @@ class _Validator:
 
     def mapping(self, value, path, allowed=None):
         if not isinstance(value, dict):
-            self.error(path, "expected a mapping, got %s" % _type_name(value))
+            self.error(path or "matrix", "expected a mapping, got %s" % _type_name(value))
             return {}
         if allowed is not None:
             for key in value:
@@ -164,10 +164,11 @@ def validate_matrix(matrix):
 
 
 def _validate_row(check, row, path):
+    if isinstance(row, dict) and not row:
+        check.error(path, "empty row; a row needs at least `kubernetes`")
+        return None
     row = check.mapping(row, path, COMPATIBILITY_KEYS)
     if not row:
-        if isinstance(row, dict):
-            check.error(path, "empty row; a row needs at least `kubernetes`")
         return None
     if "kubernetes" not in row:
         check.error(path, "missing required key `kubernetes`")
@@ -522,11 +523,12 @@ def _judge_gpu(section, facts):
         if unavailable:
             results.append(_result("gpu", "count", constraint.text, None, status_missing, note_missing))
         else:
-            note = facts.notes.get("gpu.count")
+            notes = [facts.notes["gpu.count"]] if facts.notes.get("gpu.count") else []
             if gpu["pci_count"] and gpu["pci_count"] != gpu["count"]:
-                note = "%d NVIDIA GPU(s) on the PCI bus but nvidia-smi lists %d" % (gpu["pci_count"], gpu["count"])
+                notes.append("%d NVIDIA GPU(s) on the PCI bus but nvidia-smi lists %d"
+                             % (gpu["pci_count"], gpu["count"]))
             status = "pass" if constraint.matches(gpu["count"]) else "fail"
-            results.append(_result("gpu", "count", constraint.text, gpu["count"], status, note))
+            results.append(_result("gpu", "count", constraint.text, gpu["count"], status, "; ".join(notes) or None))
     for key in ("product", "persistence_mode", "ecc_mode", "mig_mode", "memory_total_mib"):
         if key not in section:
             continue
