@@ -391,6 +391,10 @@ def test_no_gpus_listed(h100_root):
     (["masked"], {"load_state": "masked", "active_state": "inactive", "unit_file_state": "masked"}, "pass"),
     (["absent"], {"load_state": "not-found", "active_state": "inactive", "unit_file_state": None}, "pass"),
     (["present"], {"load_state": "not-found", "active_state": "inactive", "unit_file_state": None}, "fail"),
+    (["absent"], {"load_state": "loaded", "active_state": "inactive", "unit_file_state": "disabled"}, "fail"),
+    (["masked"], {"load_state": "loaded", "active_state": "inactive", "unit_file_state": "disabled"}, "fail"),
+    (["stopped"], {"load_state": "loaded", "active_state": "active", "unit_file_state": "disabled"}, "fail"),
+    (["disabled"], {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled"}, "fail"),
     (["present", "stopped"], {"load_state": "loaded", "active_state": "inactive", "unit_file_state": "enabled"},
      "pass"),
 ])
