@@ -94,6 +94,9 @@ def bus_id_key(text):
     match = _BUS_ID_RE.match(candidate)
     if not match:
         raise PciBusIdError("%r is not a PCI bus id (expected forms such as 0000:3b:00.0)" % (candidate,))
+    if match.group("domain") is None and match.group("function") is None:
+        # "3b:00" is neither the kernel's form (which has a domain) nor lspci's (which has a function)
+        raise PciBusIdError("%r is not a PCI bus id (expected forms such as 0000:3b:00.0)" % (candidate,))
     domain = int(match.group("domain") or "0", 16)
     return (
         domain,
