@@ -277,14 +277,45 @@ class NodeFacts:
         return self._cached("hostname", lambda: (self._read("/proc/sys/kernel/hostname") or "").strip() or None)
 
     def kernel_modules(self):
-        """Names of loaded modules (from /proc/modules), or ``None``."""
+        """Names of loaded modules (from /proc/modules), or ``None``.
+
+        A kernel built without loadable-module support has no /proc/modules;
+        then the names under /sys/module (built-in modules) stand in.
+        """
         def produce():
             text = self._read("/proc/modules")
-            if text is None:
-                self.notes["kernel_modules"] = "/proc/modules unreadable"
+            if text is not None:
+                return sorted(line.split()[0] for line in text.splitlines() if line.strip())
+            try:
+                names = sorted(os.listdir(self._path("/sys/module")))
+            except OSError:
+                self.notes["kernel_modules"] = "neither /proc/modules nor /sys/module is readable"
                 return None
-            return sorted(line.split()[0] for line in text.splitlines() if line.strip())
+            self._cache["kernel_modules_source"] = "/sys/module"
+            self.notes["kernel_modules"] = ("no /proc/modules (kernel without loadable module support); "
+                                            "judged from /sys/module")
+            return names
         return self._cached("kernel_modules", produce)
+
+    def module_state(self, name):
+        """``loaded``, ``built-in``, ``not loaded``, or ``None`` when undeterminable.
+
+        ``-`` and ``_`` are the same in module names (``nvidia-peermem``).
+        """
+        modules = self.kernel_modules()
+        if modules is None:
+            return None
+        wanted = name.replace("-", "_")
+        present = wanted in set(m.replace("-", "_") for m in modules)
+        if present and self._cache.get("kernel_modules_source") != "/sys/module":
+            return "loaded"
+        if self.module_builtin(wanted):
+            return "built-in"
+        if present:
+            # Listed under /sys/module: built in, or live without /proc/modules.
+            live = os.path.exists(self._path("/sys/module/%s/initstate" % wanted))
+            return "loaded" if live else "built-in"
+        return "not loaded"
 
     def module_builtin(self, name):
         """True when ``name`` is built into the kernel (listed in modules.builtin)."""

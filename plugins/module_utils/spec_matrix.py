@@ -397,29 +397,21 @@ def _judge_cuda(section, facts):
 
 
 def _judge_kernel_modules(section, facts):
-    loaded = facts.kernel_modules()
-    loaded_keys = None if loaded is None else set(_module_key(m) for m in loaded)
     results = []
-    for name in section["loaded"]:
-        if loaded_keys is None:
-            results.append(_result("kernel_modules", name, "loaded", None, "unknown", facts.notes.get("kernel_modules")))
-        elif _module_key(name) in loaded_keys:
-            results.append(_result("kernel_modules", name, "loaded", "loaded", "pass"))
-        elif facts.module_builtin(name):
-            results.append(_result("kernel_modules", name, "loaded", "built-in", "pass"))
-        else:
-            results.append(_result("kernel_modules", name, "loaded", "not loaded", "fail"))
-    for name in section["absent"]:
-        if loaded_keys is None:
-            results.append(_result("kernel_modules", name, "not loaded", None, "unknown",
-                                   facts.notes.get("kernel_modules")))
-        elif _module_key(name) in loaded_keys:
-            results.append(_result("kernel_modules", name, "not loaded", "loaded", "fail"))
-        elif facts.module_builtin(name):
-            results.append(_result("kernel_modules", name, "not loaded", "built-in", "fail",
-                                   "built into the kernel; it cannot be unloaded"))
-        else:
-            results.append(_result("kernel_modules", name, "not loaded", "not loaded", "pass"))
+    for expected, names in (("loaded", section["loaded"]), ("not loaded", section["absent"])):
+        for name in names:
+            state = facts.module_state(name)
+            if state is None:
+                results.append(_result("kernel_modules", name, expected, None, "unknown",
+                                       facts.notes.get("kernel_modules")))
+                continue
+            if expected == "loaded":
+                status = "pass" if state in ("loaded", "built-in") else "fail"
+                note = None
+            else:
+                status = "pass" if state == "not loaded" else "fail"
+                note = "built into the kernel; it cannot be unloaded" if state == "built-in" else None
+            results.append(_result("kernel_modules", name, expected, state, status, note))
     return results
 
 

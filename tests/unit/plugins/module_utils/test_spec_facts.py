@@ -108,9 +108,27 @@ def test_missing_proc_and_os_release(tmp_path):
     facts = node_facts(str(tmp_path), FakeTools({}))
     assert facts.os_release() is None and facts.kernel_release() is None and facts.kernel_modules() is None
     assert facts.notes["os"].startswith("no /etc/os-release")
-    assert facts.notes["kernel_modules"] == "/proc/modules unreadable"
+    assert facts.notes["kernel_modules"] == "neither /proc/modules nor /sys/module is readable"
+    assert facts.module_state("nvidia") is None
     assert facts.module_builtin("ext4") is False
     assert facts.pci_gpu_count() == 0
+
+
+def test_module_states(h100_root, nogpu_root):
+    facts = node_facts(h100_root, FakeTools({}))
+    assert facts.module_state("nvidia-peermem") == "loaded"
+    assert facts.module_state("ext4") == "built-in"  # modules.builtin
+    assert facts.module_state("nouveau") == "not loaded"
+    os.remove(os.path.join(nogpu_root, "proc", "modules"))
+    for name, live in (("fuse", False), ("overlay", True)):
+        os.makedirs(os.path.join(nogpu_root, "sys", "module", name))
+        if live:
+            open(os.path.join(nogpu_root, "sys", "module", name, "initstate"), "w").close()
+    facts = node_facts(nogpu_root, FakeTools({}))
+    assert facts.module_state("fuse") == "built-in"
+    assert facts.module_state("overlay") == "loaded"
+    assert facts.module_state("nouveau") == "not loaded"
+    assert facts.notes["kernel_modules"].startswith("no /proc/modules (kernel without loadable module support)")
 
 
 def test_nvidia_smi_failure_is_a_note_not_a_crash(h100_root):
