@@ -385,6 +385,9 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
         if gpu.problems:
             reasons.append("%s is unhealthy: %s" % (gpu.label(), "; ".join(gpu.problems)))
 
+    checks = {"pci_count_matches": None, "device_plugin_count_matches": None, "expected_gpus_matches": None}
+    if pci_count is not None and nvidia_smi_count is not None:
+        checks["pci_count_matches"] = pci_count == nvidia_smi_count
     if pci_count is not None and nvidia_smi_count is not None and pci_count != nvidia_smi_count:
         missing = []
         smi_buses = set(g.pci_bus_id for g in gpus.all() if g.seen_by_nvidia_smi)
@@ -404,12 +407,17 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
         mig_total = sum(g.mig_device_count if g.mig_enabled else 1 for g in gpus.all() if g.seen_by_nvidia_smi)
         if any(g.mig_enabled for g in gpus.all()):
             acceptable.add(mig_total)  # MIG "single" strategy exposes one nvidia.com/gpu per MIG device
+        if acceptable:
+            checks["device_plugin_count_matches"] = plugin_count in acceptable
         if acceptable and plugin_count not in acceptable:
             reasons.append("The device plugin exposes %d nvidia.com/gpu but the node has %s. Fix: restart the "
                            "NVIDIA device plugin pod and check its log for unhealthy devices." % (
                                plugin_count, " or ".join(str(v) for v in sorted(acceptable))))
 
     if expected_gpus is not None:
+        checks["expected_gpus_matches"] = all(
+            count == expected_gpus for count in (nvidia_smi_count, pci_count) if count is not None
+        ) and (nvidia_smi_count is not None or pci_count is not None)
         for label, count in (("nvidia-smi", nvidia_smi_count), ("PCI", pci_count)):
             if count is not None and count != expected_gpus:
                 reasons.append("expected_gpus is %d but %s shows %d GPUs. Fix: find the missing GPUs or correct "
@@ -435,6 +443,7 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
         "nvidia_smi_gpu_count": nvidia_smi_count,
         "device_plugin_count": plugin_count,
         "expected_gpus": expected_gpus,
+        "checks": checks,
         "xid_events": xid_events,
         "sxid_events": kernel["sxid_events"],
         "actions": [

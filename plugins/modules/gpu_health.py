@@ -221,6 +221,21 @@ expected_gpus:
   description: The O(expected_gpus) that was compared.
   returned: always
   type: int
+checks:
+  description: Outcome of each count comparison, null when a side is unknown.
+  returned: always
+  type: dict
+  contains:
+    pci_count_matches:
+      description: PCI count equals the nvidia-smi count.
+      type: bool
+    device_plugin_count_matches:
+      description: The device-plugin count equals the GPU count (or, with MIG, the MIG device count).
+      type: bool
+    expected_gpus_matches:
+      description: O(expected_gpus) equals every known count.
+      type: bool
+  sample: {"pci_count_matches": true, "device_plugin_count_matches": null, "expected_gpus_matches": true}
 xid_events:
   description: Xid lines from the kernel log, deduplicated per (Xid, GPU).
   returned: always

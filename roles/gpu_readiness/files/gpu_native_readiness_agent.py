@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_native readiness agent: writes GPU readiness metrics for node_exporter's textfile collector.
+
+Installed by the gpu_native.fleet.gpu_readiness role and run by a systemd timer.
+The verdict logic is the collection's own module_utils (gpu_health, nvidia_smi,
+xid, pci), which the role copies next to this script under
+``ansible_collections/gpu_native/fleet/plugins/module_utils/``; there is no
+second copy of the parsers.
+
+Usage: gpu_native_readiness_agent.py --config /etc/gpu-native-readiness/config.json
+
+The agent never fails the timer: on an internal error it writes the metrics it
+has plus ``gpu_native_readiness_agent_error 1`` and exits 0.  The file is
+written atomically (temporary file in the same directory, then rename).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import argparse
+import ctypes
+import json
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+COMMAND_TIMEOUT_S = 60
+PROBE_TIMEOUT_S = 30
+
+# Every metric the agent writes: name -> (type, help).  The help text is the
+# metric's documentation (docs/gpu_readiness.md repeats it).
+METRICS = {
+    "gpu_native_node_driver_ready": (
+        "gauge", "1 when nvidia-smi reaches the NVIDIA driver and lists at least one GPU, else 0."),
+    "gpu_native_node_toolkit_ready": (
+        "gauge", "1 when the NVIDIA Container Toolkit's check command (nvidia-container-cli info) succeeds, else 0."),
+    "gpu_native_node_plugin_ready": (
+        "gauge", "1 when the device plugin's nvidia.com/gpu count is known, above 0 and equal to the GPU count "
+                 "(or to the MIG device count), else 0."),
+    "gpu_native_node_cuda_ready": (
+        "gauge", "1 when libcuda initialises (cuInit) and reports at least one device, else 0."),
+    "gpu_native_node_gpu_ready": (
+        "gauge", "1 when every GPU is healthy and the PCI, nvidia-smi, device-plugin and expected counts agree "
+                 "(the gpu_health verdict), else 0."),
+    "gpu_native_nvidia_pci_devices_total": (
+        "gauge", "NVIDIA GPUs on PCI: class 0302 or 0300 with vendor 10de; NVSwitches (class 0680) are not counted."),
+    "gpu_native_node_nvidia_smi_devices_total": (
+        "gauge", "GPUs nvidia-smi knows (attached_gpus, else the GPUs it lists); 0 when the driver is unreachable."),
+    "gpu_native_node_device_plugin_devices_total": (
+        "gauge", "nvidia.com/gpu in the node's allocatable, read from the node object; absent when it cannot be read."),
+    "gpu_native_gpu_healthy": (
+        "gauge", "1 when the GPU has no problem (ERR!, lost handle, fallen off the bus, Unknown Error fields, pending "
+                 "row remap, pending uncorrectable ECC, uncleared fatal Xid), else 0."),
+    "gpu_native_gpu_pending_action": (
+        "gauge", "1 for the strongest pending action of a GPU (restart_app, workflow, reset_gpu or reboot_node)."),
+    "gpu_native_xid_events_total": (
+        "gauge", "Kernel-log lines per Xid and GPU within the agent's window (xid_since, current boot); "
+                 "cleared=true once a driver reload or a later Xid 154 'to 0x0 (None)' cleared it."),
+    "gpu_native_node_validation_last_success_ts_seconds": (
+        "gauge", "Unix time of the last run in which the driver and every GPU were ready."),
+    "gpu_native_readiness_agent_error": (
+        "gauge", "1 when the last agent run hit an internal error (the other metrics may be partial), else 0."),
+    "gpu_native_readiness_agent_last_run_ts_seconds": (
+        "gauge", "Unix time at which the agent last wrote this file."),
+    "gpu_native_readiness_agent_duration_seconds": (
+        "gauge", "Seconds the last agent run took."),
+}
+
+
+def escape_label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class MetricSet(object):
+    """Samples grouped by metric name, rendered in Prometheus text format."""
+
+    def __init__(self, node):
+        self.node = node
+        self.samples = dict((name, []) for name in METRICS)
+
+    def add(self, name, value, **labels):
+        if name not in METRICS:
+            raise KeyError(name)
+        if value is None:
+            return
+        merged = [("node", self.node)] + sorted(labels.items())
+        self.samples[name].append((merged, float(value)))
+
+    def render(self):
+        lines = []
+        for name, (kind, help_text) in METRICS.items():
+            samples = self.samples[name]
+            if not samples:
+                continue
+            lines.append("# HELP %s %s" % (name, help_text))
+            lines.append("# TYPE %s %s" % (name, kind))
+            for labels, value in samples:
+                label_text = ",".join('%s="%s"' % (key, escape_label(val)) for key, val in labels)
+                number = repr(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+                lines.append("%s{%s} %s" % (name, label_text, number))
+        return "\n".join(lines) + "\n"
+
+
+def write_atomically(directory, file_name, content):
+    """Write ``content`` to ``directory/file_name`` through a temporary file and a rename."""
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    handle, temp_path = tempfile.mkstemp(prefix="." + file_name + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(content)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temp_path, 0o644)
+        os.rename(temp_path, os.path.join(directory, file_name))
+    except BaseException:
+        if os.path.exists(temp_path):
+            os.unlink(temp_path)
+        raise
+
+
+def run_command(argv, timeout=COMMAND_TIMEOUT_S):
+    """(rc, stdout, stderr) like AnsibleModule.run_command; never raises."""
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              universal_newlines=True, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired:
+        return 124, "", "%s timed out after %ds" % (argv[0], timeout)
+    except OSError as exc:
+        return 127, "", "%s: %s" % (argv[0], exc.strerror or exc)
+
+
+def cuda_probe(library):
+    """Run in a child process: exit 0 when cuInit works and a device exists."""
+    try:
+        cuda = ctypes.CDLL(library)
+    except OSError:
+        return 2
+    if cuda.cuInit(0) != 0:
+        return 3
+    count = ctypes.c_int(0)
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return 4
+    return 0
+
+
+def check_cuda(library):
+    rc, _out, _err = run_command([sys.executable, os.path.abspath(__file__), "--cuda-probe", library],
+                                 timeout=PROBE_TIMEOUT_S)
+    return rc == 0
+
+
+def check_toolkit(command):
+    if not command:
+        return False
+    rc, _out, _err = run_command(list(command), timeout=PROBE_TIMEOUT_S)
+    return rc == 0
+
+
+def _allocatable_gpus(node_object):
+    allocatable = (node_object.get("status") or {}).get("allocatable") or {}
+    value = allocatable.get("nvidia.com/gpu", "0")
+    return int(str(value))
+
+
+def device_plugin_count(kube, node_name, urlopen=None):
+    """nvidia.com/gpu allocatable from the node object, or None when it cannot be read.
+
+    Tried in order: the API server with a bearer token (``api_url``,
+    ``token_file``, ``ca_file``), then ``kubectl`` with ``kubeconfig``.
+    The kubelet's pod-resources API is gRPC over a unix socket, which the
+    standard library cannot speak; the node object carries the same count.
+    """
+    kube = kube or {}
+    if kube.get("api_url") and kube.get("token_file") and os.path.exists(kube["token_file"]):
+        try:
+            from urllib.request import Request
+            from urllib.request import urlopen as default_urlopen
+            with open(kube["token_file"]) as handle:
+                token = handle.read().strip()
+            request = Request("%s/api/v1/nodes/%s" % (kube["api_url"].rstrip("/"), node_name),
+                              headers={"Authorization": "Bearer " + token, "Accept": "application/json"})
+            context = None
+            if kube["api_url"].startswith("https"):
+                context = ssl.create_default_context(cafile=kube.get("ca_file") or None)
+            opener = urlopen or default_urlopen
+            response = opener(request, timeout=10, context=context) if context else opener(request, timeout=10)
+            return _allocatable_gpus(json.loads(response.read().decode("utf-8")))
+        except Exception:  # noqa: BLE001 - any failure means "not reachable"; the metric is then absent
+            pass
+    kubectl = kube.get("kubectl")
+    kubeconfig = kube.get("kubeconfig")
+    if kubectl and kubeconfig and os.path.exists(kubeconfig):
+        rc, out, _err = run_command([kubectl, "--kubeconfig", kubeconfig, "get", "node", node_name, "-o", "json"],
+                                    timeout=PROBE_TIMEOUT_S)
+        if rc == 0:
+            try:
+                return _allocatable_gpus(json.loads(out))
+            except (ValueError, TypeError):
+                return None
+    return None
+
+
+def read_last_success(state_dir):
+    try:
+        with open(os.path.join(state_dir, "last_success")) as handle:
+            return float(handle.read().strip())
+    except (IOError, OSError, ValueError):
+        return None
+
+
+def record_success(state_dir, now):
+    write_atomically(state_dir, "last_success", "%d\n" % now)
+
+
+def evaluate_node(config, metrics, now):
+    """Fill ``metrics``; return an error line or None."""
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import collect_live, evaluate
+
+    inputs, _sources = collect_live(
+        run_command,
+        nvidia_smi=config.get("nvidia_smi", "nvidia-smi"),
+        lspci=config.get("lspci", "lspci"),
+        kernel_log=config.get("kernel_log", "auto"),
+        xid_since=config.get("xid_since", "24h"),
+        sysfs_root=config.get("pci_sysfs_root", "/sys/bus/pci/devices"),
+    )
+    plugin_count = device_plugin_count(config.get("kube"), metrics.node)
+    if plugin_count is not None:
+        inputs["device_plugin_count"] = plugin_count
+    expected = config.get("expected_gpus")
+    expected = None if expected in (None, "") else int(expected)
+    result = evaluate(inputs, expected_gpus=expected, xid_actions=config.get("xid_actions") or {})
+
+    driver_ready = bool(result["driver_reachable"] and (result["nvidia_smi_gpu_count"] or 0) > 0)
+    metrics.add("gpu_native_node_driver_ready", int(driver_ready))
+    metrics.add("gpu_native_node_toolkit_ready", int(driver_ready and check_toolkit(config.get("toolkit_command"))))
+    metrics.add("gpu_native_node_plugin_ready", int(bool(result["checks"]["device_plugin_count_matches"])
+                                                     and (plugin_count or 0) > 0))
+    metrics.add("gpu_native_node_cuda_ready", int(driver_ready and check_cuda(config.get("cuda_library", "libcuda.so.1"))))
+    metrics.add("gpu_native_node_gpu_ready", int(result["gpu_ready"]))
+    metrics.add("gpu_native_nvidia_pci_devices_total", result["pci_gpu_count"])
+    metrics.add("gpu_native_node_nvidia_smi_devices_total", result["nvidia_smi_gpu_count"])
+    metrics.add("gpu_native_node_device_plugin_devices_total", plugin_count)
+    for gpu in result["gpus"]:
+        labels = {"gpu": "" if gpu["index"] is None else str(gpu["index"]),
+                  "pci_bus_id": gpu["pci_bus_id"] or "", "uuid": gpu["uuid"] or ""}
+        metrics.add("gpu_native_gpu_healthy", int(gpu["healthy"]), **labels)
+    for action in result["actions"]:
+        if action["action"] not in ("none", "ignore"):
+            metrics.add("gpu_native_gpu_pending_action", 1, action=action["action"],
+                        gpu="" if action["index"] is None else str(action["index"]),
+                        pci_bus_id=action["pci_bus_id"] or "", uuid=action["uuid"] or "")
+    for event in result["xid_events"]:
+        metrics.add("gpu_native_xid_events_total", event["count"],
+                    gpu="" if event["gpu_index"] is None else str(event["gpu_index"]),
+                    pci_bus_id=event["pci_bus_id"] or "", uuid=event["uuid"] or "",
+                    xid=str(event["xid"]), action=event["action"],
+                    cleared="true" if event["cleared"] else "false",
+                    workload=",".join(event["processes"])[:120])
+    state_dir = config.get("state_dir", "/var/lib/gpu-native-readiness")
+    if result["gpu_ready"] and driver_ready:
+        record_success(state_dir, now)
+    metrics.add("gpu_native_node_validation_last_success_ts_seconds", read_last_success(state_dir))
+    return None
+
+
+def load_config(path):
+    with open(path) as handle:
+        config = json.load(handle)
+    if not isinstance(config, dict):
+        raise ValueError("%s does not hold a JSON object" % path)
+    return config
+
+
+def run_once(config_path, output_dir=None):
+    """Evaluate and write the metrics file; return the exit status (always 0 once the file is written)."""
+    started = time.time()
+    error = None
+    config = {}
+    try:
+        config = load_config(config_path)
+    except (IOError, OSError, ValueError) as exc:
+        error = "config %s unreadable: %s" % (config_path, exc)
+    node = config.get("node_name") or os.uname()[1]
+    metrics = MetricSet(node)
+    if error is None:
+        try:
+            evaluate_node(config, metrics, int(started))
+        except Exception as exc:  # noqa: BLE001 - the agent must never crash the timer
+            error = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    metrics.add("gpu_native_readiness_agent_error", int(error is not None))
+    metrics.add("gpu_native_readiness_agent_last_run_ts_seconds", int(time.time()))
+    metrics.add("gpu_native_readiness_agent_duration_seconds", round(time.time() - started, 3))
+    directory = output_dir or config.get("textfile_dir", "/var/lib/prometheus/node-exporter")
+    file_name = config.get("file_name", "gpu_native_readiness.prom")
+    if error:
+        sys.stderr.write("gpu-native-readiness: %s\n" % error)
+    try:
+        write_atomically(directory, file_name, metrics.render())
+    except (IOError, OSError) as exc:
+        sys.stderr.write("gpu-native-readiness: cannot write %s/%s: %s\n" % (directory, file_name, exc))
+        return 1
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Write GPU readiness metrics for node_exporter's textfile collector.")
+    parser.add_argument("--config", default="/etc/gpu-native-readiness/config.json")
+    parser.add_argument("--output-dir", help="write here instead of the configured textfile_dir")
+    parser.add_argument("--cuda-probe", metavar="LIBRARY", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.cuda_probe:
+        return cuda_probe(options.cuda_probe)
+    return run_once(options.config, options.output_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gpu_readiness node agent: metrics written from the nvidia-smi stand-in, atomic write, error gauge."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+AGENT_PATH = os.path.join(REPO, "roles", "gpu_readiness", "files", "gpu_native_readiness_agent.py")
+STANDIN = os.path.join(REPO, "tests", "standins", "nvidia-smi")
+CAPTURES = os.path.join(REPO, "tests", "standins", "captures")
+KERNEL_LOG = os.path.join(REPO, "tests", "fixtures", "nvidia", "constructed_kernel_log_a40_gpu4_xid119.txt")
+
+
+def load_agent():
+    loader = importlib.machinery.SourceFileLoader("gpu_native_readiness_agent", AGENT_PATH)
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+agent = load_agent()
+
+
+def metrics(path):
+    samples = {}
+    with open(path) as handle:
+        for line in handle:
+            if line.startswith("#") or not line.strip():
+                continue
+            match = re.match(r"^(\w+)\{(.*)\} (\S+)$", line.strip())
+            assert match, line
+            samples.setdefault(match.group(1), []).append((dict(re.findall(r'(\w+)="([^"]*)"', match.group(2))),
+                                                           float(match.group(3))))
+    return samples
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    def configure(capture, kernel_log=os.devnull, **extra):
+        monkeypatch.setenv("NVIDIA_SMI_STANDIN_CAPTURE", os.path.join(CAPTURES, capture))
+        config = {
+            "node_name": "gpu-node-1",
+            "textfile_dir": str(tmp_path / "textfile"),
+            "file_name": "gpu_native_readiness.prom",
+            "state_dir": str(tmp_path / "state"),
+            "nvidia_smi": STANDIN,
+            "lspci": str(tmp_path / "no-lspci"),
+            "pci_sysfs_root": str(tmp_path / "no-sysfs"),
+            "kernel_log": kernel_log,
+            "xid_since": "24h",
+            "expected_gpus": None,
+            "xid_actions": {},
+            "toolkit_command": [sys.executable, "-c", "pass"],
+            "cuda_library": "libcuda-does-not-exist.so.1",
+            "kube": {"kubectl": str(tmp_path / "no-kubectl"), "kubeconfig": str(tmp_path / "no-kubeconfig")},
+        }
+        config.update(extra)
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        return str(path), str(tmp_path / "textfile" / "gpu_native_readiness.prom")
+    return configure
+
+
+def test_healthy_node_metrics(node):
+    config, output = node("h100x8-healthy")
+    assert agent.main(["--config", config]) == 0
+    found = metrics(output)
+    assert found["gpu_native_node_gpu_ready"] == [({"node": "gpu-node-1"}, 1.0)]
+    assert found["gpu_native_node_driver_ready"][0][1] == 1.0
+    assert found["gpu_native_node_toolkit_ready"][0][1] == 1.0  # the configured check command exits 0
+    assert found["gpu_native_node_cuda_ready"][0][1] == 0.0     # no libcuda on a test host
+    assert found["gpu_native_node_plugin_ready"][0][1] == 0.0   # no node object reachable
+    assert "gpu_native_node_device_plugin_devices_total" not in found  # absent, not 0
+    assert "gpu_native_nvidia_pci_devices_total" not in found          # no lspci and no sysfs here
+    assert len(found["gpu_native_gpu_healthy"]) == 8 and {v for _l, v in found["gpu_native_gpu_healthy"]} == {1.0}
+    assert found["gpu_native_gpu_healthy"][0][0] == {"node": "gpu-node-1", "gpu": "0", "pci_bus_id": "0000:18:00.0",
+                                                     "uuid": "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1"}
+    assert found["gpu_native_readiness_agent_error"][0][1] == 0.0
+    assert found["gpu_native_node_validation_last_success_ts_seconds"][0][1] > 1.6e9
+    with open(output) as handle:
+        text = handle.read()
+    for name in agent.METRICS:
+        if name in found:
+            assert "# HELP %s " % name in text and "# TYPE %s gauge" % name in text
+    assert os.listdir(os.path.dirname(output)) == ["gpu_native_readiness.prom"]  # no temp file left
+
+
+def test_faulty_node_metrics(node):
+    config, output = node("a40x8-gpu4-err", kernel_log=KERNEL_LOG, expected_gpus=8)
+    assert agent.main(["--config", config]) == 0
+    found = metrics(output)
+    assert found["gpu_native_node_gpu_ready"][0][1] == 0.0
+    unhealthy = [labels for labels, value in found["gpu_native_gpu_healthy"] if value == 0]
+    assert unhealthy == [{"node": "gpu-node-1", "gpu": "4", "pci_bus_id": "0000:83:00.0",
+                          "uuid": "GPU-a40c0de4-0000-4000-8000-000000000004"}]
+    xids = dict((labels["xid"], (labels, value)) for labels, value in found["gpu_native_xid_events_total"])
+    assert xids["119"][1] == 2.0 and xids["119"][0]["action"] == "reset_gpu" and xids["119"][0]["cleared"] == "false"
+    assert xids["119"][0]["workload"] == "nvidia-smi"
+    assert xids["13"][0]["action"] == "restart_app"
+    assert [l["action"] for l, _v in found["gpu_native_gpu_pending_action"] if l["gpu"] == "4"] == ["reset_gpu"]
+    assert "gpu_native_node_validation_last_success_ts_seconds" not in found  # never succeeded
+
+
+def test_last_success_survives_a_failing_run(node, tmp_path):
+    config, output = node("h100x8-healthy")
+    agent.main(["--config", config])
+    first = metrics(output)["gpu_native_node_validation_last_success_ts_seconds"][0][1]
+    config, output = node("a40x8-gpu4-err", kernel_log=KERNEL_LOG)
+    agent.main(["--config", config])
+    found = metrics(output)
+    assert found["gpu_native_node_gpu_ready"][0][1] == 0.0
+    assert found["gpu_native_node_validation_last_success_ts_seconds"][0][1] == first
+
+
+def test_no_driver(node):
+    config, output = node("no-driver")
+    assert agent.main(["--config", config]) == 0
+    found = metrics(output)
+    assert found["gpu_native_node_driver_ready"][0][1] == 0.0
+    assert found["gpu_native_node_toolkit_ready"][0][1] == 0.0
+    assert found["gpu_native_node_nvidia_smi_devices_total"][0][1] == 0.0
+
+
+def test_internal_error_writes_error_gauge_and_exits_zero(node, capsys):
+    config, output = node("h100x8-healthy", kernel_log="/nonexistent/kern.log")
+    assert agent.main(["--config", config]) == 0
+    found = metrics(output)
+    assert found["gpu_native_readiness_agent_error"] == [({"node": "gpu-node-1"}, 1.0)]
+    assert "gpu_native_readiness_agent_last_run_ts_seconds" in found
+    assert "gpu_native_node_gpu_ready" not in found
+    assert "kernel_log /nonexistent/kern.log cannot be read" in capsys.readouterr().err
+
+
+def test_unreadable_config_still_writes_metrics(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert agent.main(["--config", str(tmp_path / "missing.json"), "--output-dir", str(out)]) == 0
+    found = metrics(out / "gpu_native_readiness.prom")
+    assert found["gpu_native_readiness_agent_error"][0][1] == 1.0
+    assert "config" in capsys.readouterr().err
+
+
+def test_label_values_are_escaped():
+    metric_set = agent.MetricSet('node "a"\\b')
+    metric_set.add("gpu_native_node_gpu_ready", 1)
+    assert 'gpu_native_node_gpu_ready{node="node \\"a\\"\\\\b"} 1' in metric_set.render()
+    with pytest.raises(KeyError):
+        metric_set.add("gpu_native_undocumented_metric", 1)
+
+
+class _NodeHandler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server naming
+        if self.path != "/api/v1/nodes/gpu-node-1" or self.headers.get("Authorization") != "Bearer s3cret":
+            self.send_response(403)
+            self.end_headers()
+            return
+        body = json.dumps({"kind": "Node", "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "7"}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_device_plugin_count_from_node_object(node, tmp_path):
+    server = HTTPServer(("127.0.0.1", 0), _NodeHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("s3cret\n")
+        api = "http://127.0.0.1:%d" % server.server_port
+        assert agent.device_plugin_count({"api_url": api, "token_file": str(token)}, "gpu-node-1") == 7
+        token.write_text("wrong\n")
+        assert agent.device_plugin_count({"api_url": api, "token_file": str(token)}, "gpu-node-1") is None
+        token.write_text("s3cret\n")
+        config, output = node("h100x8-healthy", kube={"api_url": api, "token_file": str(token)})
+        agent.main(["--config", config])
+        found = metrics(output)
+        assert found["gpu_native_node_device_plugin_devices_total"][0][1] == 7.0
+        assert found["gpu_native_node_plugin_ready"][0][1] == 0.0  # 7 of 8
+        assert found["gpu_native_node_gpu_ready"][0][1] == 0.0
+    finally:
+        server.shutdown()
