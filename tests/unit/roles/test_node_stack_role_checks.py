@@ -1,0 +1,249 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The early checks of nvidia_driver and container_toolkit, run by ansible-playbook on localhost.
+
+validate.yml holds only assertions and set_fact, and resolve.yml decides on
+data handed to it, so both run here without touching the machine: every
+bad input must fail with a message naming the variable, before any task that
+changes something.  Also: --syntax-check of playbooks/node_runtime.yml and of
+every task file of both roles (static imports, so the RHEL/Ubuntu paths that
+Molecule cannot run are parsed and their modules resolved).
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.path.dirname(sys.executable)
+DRIVER_VARS = os.path.join(ROOT, "roles", "nvidia_driver", "vars")
+
+
+def ansible_env():
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_COLLECTIONS_PATH": os.path.join(ROOT, ".cache", "collections"),
+        "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_LOCALHOST_WARNING": "0",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+    })
+    return env
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collection_link():
+    link = os.path.join(ROOT, ".cache", "collections", "ansible_collections", "gpu_native", "fleet")
+    if not os.path.exists(link):
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(ROOT, link)
+
+
+def run_playbook(path, *args):
+    return subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local", path] + list(args),
+                          env=ansible_env(), capture_output=True, text=True, timeout=600)
+
+
+# name: (OS vars file, role variables, expected message fragments or None for success)
+DRIVER_VALIDATE_CASES = {
+    "debian12_default": ("Debian-12.yml", {}, None),
+    "debian12_branch_int": ("Debian-12.yml", {"nvidia_driver_branch": 535}, None),
+    "unknown_branch": ("Debian-12.yml", {"nvidia_driver_branch": "999"},
+                       ["nvidia_driver_branch=999", "not offered", "Fix: choose one of the branches 535"]),
+    "branch_not_in_distro": ("Debian-12.yml", {"nvidia_driver_branch": "550"},
+                             ["nvidia_driver_branch=550", "cuda_repo for newer branches"]),
+    "unknown_version_branch": ("Ubuntu-22.04.yml", {"nvidia_driver_version": "390.157-1"},
+                               ["nvidia_driver_version=390.157-1", "branch 390", "535, 550, 570"]),
+    "malformed_version": ("Debian-12.yml", {"nvidia_driver_version": "latest"},
+                          ["nvidia_driver_version=latest is not a driver version"]),
+    "branch_version_disagree": ("Debian-12.yml", {"nvidia_driver_version": "535.261.03-1", "nvidia_driver_branch": "550"},
+                                ["belongs to branch 535", "nvidia_driver_branch=550"]),
+    "rhel_distro_source": ("RedHat-9.yml", {},
+                           ["nvidia_driver_source=distro is not available", "cuda_repo, mirror"]),
+    "mirror_without_url": ("Debian-12.yml", {"nvidia_driver_source": "mirror", "nvidia_driver_repo_key_url": "https://m.example/k.asc"},
+                           ["nvidia_driver_mirror_url"]),
+    "mirror_without_key": ("Debian-12.yml", {"nvidia_driver_source": "mirror", "nvidia_driver_branch": "570",
+                                             "nvidia_driver_mirror_url": "https://mirror.example/cuda/debian12/x86_64/"},
+                           ["nvidia_driver_repo_key_url", "nvidia_driver_repo_key_content", "never trusted"]),
+    "mirror_ok": ("Debian-12.yml", {"nvidia_driver_source": "mirror", "nvidia_driver_branch": "570",
+                                    "nvidia_driver_mirror_url": "https://mirror.example/cuda/debian12/x86_64/",
+                                    "nvidia_driver_repo_key_content": "-----BEGIN PGP PUBLIC KEY BLOCK-----"}, None),
+    "bad_gpu_count": ("Debian-12.yml", {"nvidia_driver_expected_gpu_count": "eight"},
+                      ["nvidia_driver_expected_gpu_count=eight"]),
+}
+
+# name: (available, installed, validate inputs, extra, expected target or message fragments)
+RESOLVE_CASES = {
+    "fresh_newest_of_branch": (["535.261.03-1", "535.247.01-1"], "", {"nvidia_driver_branch": "535"}, {}, "535.261.03-1"),
+    "rerun_keeps_installed": (["535.261.03-1", "535.247.01-1"], "535.247.01-1", {"nvidia_driver_branch": "535"}, {},
+                              "535.247.01-1"),
+    "requested_upstream": (["535.261.03-1", "535.247.01-1"], "535.261.03-1", {"nvidia_driver_version": "535.247.01"}, {},
+                           "535.247.01-1"),
+    "requested_exact": (["535.261.03-1", "535.247.01-1"], "", {"nvidia_driver_version": "535.261.03-1"}, {}, "535.261.03-1"),
+    "installed_gone_from_repo": (["535.261.03-1"], "535.216.01-1", {"nvidia_driver_version": "535.216.01-1"}, {},
+                                 "535.216.01-1"),
+    "requested_not_offered": (["535.261.03-1"], "", {"nvidia_driver_version": "535.999.99"}, {},
+                              ["nvidia_driver_version=535.999.99 is not offered", "available: 535.261.03-1", "Nothing was installed"]),
+    "nothing_offered": ([], "", {"nvidia_driver_branch": "535"}, {},
+                        ["nvidia_driver_branch=535 is not offered", "versions available: none", "non-free"]),
+    "in_use_refused": (["535.261.03-1", "535.247.01-1"], "535.247.01-1", {"nvidia_driver_version": "535.261.03-1"},
+                       {"users": [{"pid": 4242, "command": "python3", "devices": ["/dev/nvidia0"]}]},
+                       ["535.247.01-1 -> 535.261.03-1", "4242 python3", "nvidia_driver_node_drained=true", "Nothing was changed"]),
+    "in_use_drained": (["535.261.03-1", "535.247.01-1"], "535.247.01-1", {"nvidia_driver_version": "535.261.03-1",
+                                                                           "nvidia_driver_node_drained": True},
+                       {"users": [{"pid": 4242, "command": "python3", "devices": ["/dev/nvidia0"]}]}, "535.261.03-1"),
+    "in_use_no_change": (["535.261.03-1", "535.247.01-1"], "535.247.01-1", {"nvidia_driver_branch": "535"},
+                         {"users": [{"pid": 4242, "command": "python3", "devices": ["/dev/nvidia0"]}]}, "535.247.01-1"),
+}
+
+
+def driver_playbook(tmp_path):
+    tasks = []
+    for name, (available, installed, inputs, extra, _expected) in RESOLVE_CASES.items():
+        before = {"device_users": extra.get("users", []), "pci_nvswitches": []}
+        tasks.append({"name": "resolve " + name, "block": [
+            {"ansible.builtin.include_vars": {"file": os.path.join(DRIVER_VARS, "Debian-12.yml")}},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.nvidia_driver", "tasks_from": "validate.yml"},
+             "vars": inputs},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.nvidia_driver", "tasks_from": "resolve.yml"},
+             "vars": dict(inputs, __nvidia_driver_available=available, __nvidia_driver_installed=installed,
+                          __nvidia_driver_before=before)},
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': 'target=' ~ __nvidia_driver_target}) }}" % name}},
+        ], "rescue": [
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': ansible_failed_result.msg}) }}" % name}},
+        ]})
+    for name, (os_file, inputs, _expected) in DRIVER_VALIDATE_CASES.items():
+        tasks.append({"name": "validate " + name, "block": [
+            {"ansible.builtin.include_vars": {"file": os.path.join(DRIVER_VARS, os_file)}},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.nvidia_driver", "tasks_from": "validate.yml"},
+             "vars": inputs},
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': 'ok branch=' ~ __nvidia_driver_branch}) }}" % name}},
+        ], "rescue": [
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': ansible_failed_result.msg}) }}" % name}},
+        ]})
+    tasks.append({"ansible.builtin.copy": {"content": "{{ results | to_json }}", "dest": str(tmp_path / "results.json"),
+                                           "mode": "0644"}})
+    play = [{"hosts": "localhost", "gather_facts": True, "gather_subset": ["!all", "min"],
+             "vars": {"results": {}}, "tasks": tasks}]
+    path = tmp_path / "driver_checks.yml"
+    path.write_text(yaml.safe_dump(play, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def driver_results(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("driver_checks")
+    result = run_playbook(str(driver_playbook(tmp_path)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(str(tmp_path / "results.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.mark.parametrize("name", sorted(DRIVER_VALIDATE_CASES))
+def test_driver_validate(driver_results, name):
+    expected = DRIVER_VALIDATE_CASES[name][2]
+    message = driver_results[name]
+    if expected is None:
+        assert message.startswith("ok branch="), message
+    else:
+        for fragment in expected:
+            assert fragment in message, message
+        assert "Fix:" in message
+
+
+def test_driver_validate_defaults_to_newest_branch(driver_results):
+    assert driver_results["debian12_default"] == "ok branch=535"
+    assert driver_results["debian12_branch_int"] == "ok branch=535"
+    assert driver_results["mirror_ok"] == "ok branch=570"
+
+
+@pytest.mark.parametrize("name", sorted(RESOLVE_CASES))
+def test_driver_resolve(driver_results, name):
+    expected = RESOLVE_CASES[name][4]
+    message = driver_results[name]
+    if isinstance(expected, str):
+        assert message == "target=" + expected
+    else:
+        for fragment in expected:
+            assert fragment in message, message
+
+
+def test_validate_and_resolve_change_nothing():
+    """Only assertions, set_fact, fail and debug: safe before anything changes."""
+    allowed = {"ansible.builtin.assert", "ansible.builtin.set_fact", "ansible.builtin.fail", "ansible.builtin.debug"}
+    for role, files in (("nvidia_driver", ("validate.yml", "resolve.yml")), ("container_toolkit", ("validate.yml", "decide.yml"))):
+        for name in files:
+            with open(os.path.join(ROOT, "roles", role, "tasks", name)) as handle:
+                tasks = yaml.safe_load(handle)
+            for task in tasks:
+                modules = set(task) & (allowed | {k for k in task if k.startswith("ansible.") or k.startswith("community.")})
+                assert modules and modules <= allowed, (role, name, task.get("name"), modules)
+
+
+TOOLKIT_VALIDATE_CASES = {
+    "default": ({}, None),
+    "short_version": ({"container_toolkit_version": "1.17"}, ["container_toolkit_version=1.17 is not an exact package version"]),
+    "upstream_only": ({"container_toolkit_version": "1.17.8"}, ["container_toolkit_version=1.17.8", "such as 1.17.8-1"]),
+    "mirror_without_key": ({"container_toolkit_source": "mirror", "container_toolkit_mirror_url": "https://m.example/deb/$(ARCH)"},
+                           ["container_toolkit_repo_key_url", "container_toolkit_repo_key_content", "never trusted"]),
+    "mirror_without_url": ({"container_toolkit_source": "mirror", "container_toolkit_repo_key_url": "https://m.example/k"},
+                           ["container_toolkit_mirror_url"]),
+}
+
+
+@pytest.fixture(scope="module")
+def toolkit_results(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("toolkit_checks")
+    tasks = [{"ansible.builtin.include_vars": {"file": os.path.join(ROOT, "roles", "container_toolkit", "vars", "Debian.yml")}}]
+    for name, (inputs, _expected) in TOOLKIT_VALIDATE_CASES.items():
+        tasks.append({"name": "validate " + name, "block": [
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.container_toolkit", "tasks_from": "validate.yml"},
+             "vars": inputs},
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': 'ok ' ~ __container_toolkit_repo_url}) }}" % name}},
+        ], "rescue": [
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': ansible_failed_result.msg}) }}" % name}},
+        ]})
+    tasks.append({"ansible.builtin.copy": {"content": "{{ results | to_json }}", "dest": str(tmp_path / "results.json"),
+                                           "mode": "0644"}})
+    path = tmp_path / "toolkit_checks.yml"
+    path.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "vars": {"results": {}},
+                                     "tasks": tasks}], sort_keys=False))
+    result = run_playbook(str(path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(str(tmp_path / "results.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.mark.parametrize("name", sorted(TOOLKIT_VALIDATE_CASES))
+def test_toolkit_validate(toolkit_results, name):
+    expected = TOOLKIT_VALIDATE_CASES[name][1]
+    message = toolkit_results[name]
+    if expected is None:
+        assert message == "ok https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+    else:
+        for fragment in expected:
+            assert fragment in message, message
+        assert "Fix:" in message
+
+
+def test_node_runtime_playbook_syntax():
+    result = run_playbook(os.path.join(ROOT, "playbooks", "node_runtime.yml"), "--syntax-check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_task_file_parses_and_resolves_its_modules(tmp_path):
+    """Static import_tasks of every task file: parses them and resolves every module (RHEL and Ubuntu paths too)."""
+    tasks = []
+    for role in ("nvidia_driver", "container_toolkit"):
+        for path in sorted(glob.glob(os.path.join(ROOT, "roles", role, "tasks", "**", "*.yml"), recursive=True)):
+            tasks.append({"name": "import %s" % os.path.relpath(path, ROOT), "ansible.builtin.import_tasks": path})
+    playbook = tmp_path / "all_tasks.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    result = run_playbook(str(playbook), "--syntax-check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(tasks) >= 14
