@@ -105,7 +105,7 @@ def spec_matrix_report(data, format="markdown", only_problems=False, summary=Tru
     if format not in ("markdown", "text"):
         raise AnsibleFilterError("spec_matrix_report: format must be markdown or text, got %r" % (format,))
     hosts = _hosts(data)
-    many = len(hosts) > 1 or any(host is not None for host, _ in hosts)
+    many = len(hosts) > 1 or any(entry[0] is not None for entry in hosts)
     columns = [c for c in _COLUMNS if (c != "host" or many)]
     rows = _rows(hosts, only_problems)
     if not any(row["note"] for row in rows):
@@ -120,7 +120,7 @@ def spec_matrix_report(data, format="markdown", only_problems=False, summary=Tru
         return "\n".join(lines)
     if format == "markdown":
         lines.append("| " + " | ".join(columns) + " |")
-        lines.append("|" + "|".join("---" for _ in columns) + "|")
+        lines.append("|" + "|".join(["---"] * len(columns)) + "|")
         for row in rows:
             lines.append("| " + " | ".join(_markdown_cell(row[c] or "") for c in columns) + " |")
     else:

@@ -113,7 +113,7 @@ def parse_os_release(text):
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, dummy, value = line.partition("=")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]
@@ -135,7 +135,7 @@ def parse_dpkg_status(text, names=None):
         for line in paragraph.splitlines():
             if not line or line[0] in " \t":
                 continue
-            key, _, value = line.partition(":")
+            key, dummy, value = line.partition(":")
             fields[key.strip().lower()] = value.strip()
         package = fields.get("package")
         if not package or (wanted is not None and package not in wanted):
@@ -186,7 +186,7 @@ def parse_systemctl_show(text):
                 units.append(current)
                 current = {}
             continue
-        key, _, value = line.partition("=")
+        key, dummy, value = line.partition("=")
         current[key] = value
     if current:
         units.append(current)
@@ -467,11 +467,11 @@ class NodeFacts:
                     "mig_mode_pending": _lower_state(gpu.get("mig_mode_pending")) or _pending_state(gpu.get("mig_mode")),
                     "memory_total_mib": gpu.get("memory_total_mib"),
                 })
-            facts["count"] = len(facts["gpus"])
+            count = len(facts["gpus"])
+            facts["count"] = count
             attached = parsed.get("attached_gpus")
-            if attached is not None and attached != facts["count"]:
-                self.notes["gpu.count"] = "nvidia-smi reports attached_gpus=%s but lists %d" % (
-                    attached, facts["count"])
+            if attached is not None and attached != count:
+                self.notes["gpu.count"] = "nvidia-smi reports attached_gpus=%s but lists %d" % (attached, count)
             if parsed.get("handle_errors"):
                 self.notes["gpu.count"] = "; ".join(e.get("message", "") for e in parsed["handle_errors"])
             return facts

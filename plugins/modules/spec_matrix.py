@@ -54,8 +54,8 @@ options:
   fail_on_drift:
     description:
       - Fail the task when the node is not compliant (any item V(fail) or V(unknown)).
-      - The failure message lists every such item as C(check.name: expected X, got Y); all return values are
-        still returned with the failure.
+      - "The failure message lists every such item as C(check.name: expected X, got Y); all return values are
+        still returned with the failure."
       - With V(false) the task succeeds and RV(compliant) tells the result.
     type: bool
     default: true
@@ -71,6 +71,7 @@ attributes:
     description: The module never changes the node, so check mode runs it in full.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is nothing to diff.
 notes:
   - Needs Python 3.8 or newer on the node and nothing else; it runs on any Linux host, with or without GPUs.
   - The device plugin runs as a cluster DaemonSet, not on the node, so its version is the one the profile
