@@ -19,6 +19,8 @@ written atomically (temporary file in the same directory, then rename).
 
 from __future__ import absolute_import, division, print_function
 
+__metaclass__ = type
+
 import argparse
 import ctypes
 import json
