@@ -168,6 +168,9 @@ class GeometryError(ValueError):
     """A geometry override or a device id is malformed."""
 
 
+_DEVICE_ID_CACHE = {}
+
+
 def normalize_device_id(text):
     """Return a PCI device id in mig-parted's ``0xDDDD10DE`` form (upper case).
 
@@ -175,12 +178,18 @@ def normalize_device_id(text):
     ``10de:2330`` (lspci).  A vendor other than NVIDIA's is kept as given.
     Raises ``GeometryError`` for anything else.
     """
+    cached = _DEVICE_ID_CACHE.get(text)  # configs repeat the same few ids thousands of times
+    if cached is not None:
+        return cached
     candidate = str(text).strip()
     for pattern in _DEVICE_ID_RE:
         match = pattern.match(candidate)
         if match:
             vendor = (match.groupdict().get("vendor") or NVIDIA_VENDOR)
-            return "0x%s%s" % (match.group("device").upper(), vendor.upper())
+            result = "0x%s%s" % (match.group("device").upper(), vendor.upper())
+            if isinstance(text, str) and len(_DEVICE_ID_CACHE) < 4096:
+                _DEVICE_ID_CACHE[text] = result
+            return result
     raise GeometryError(
         "%r is not a PCI device id; use 0x2330, 0x233010DE or 10de:2330" % (candidate,))
 

@@ -318,11 +318,19 @@ class PlacementCache:
         self.geometry = geometry
         self._cache = {}
 
-    def place(self, model, layout):
-        key = (model, tuple(sorted((n, c) for n, c in layout.items() if c)))
-        if key not in self._cache:
-            self._cache[key] = find_placement(layout, self.geometry[model])
-        return self._cache[key]
+    def place(self, model, layout, layout_key=None):
+        if layout_key is None:
+            layout_key = layout_signature(layout)
+        key = (model, layout_key)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = find_placement(layout, self.geometry[model])
+        return found
+
+
+def layout_signature(layout):
+    """A hashable form of a layout ({profile: count}), zero counts dropped."""
+    return tuple(sorted((n, c) for n, c in layout.items() if c))
 
 
 # --------------------------------------------------------------------------
@@ -395,9 +403,7 @@ def _gpu_label(gpu):
 
 
 def _entry_matches(entry, gpu, filter_models, filter_ids):
-    devices = entry.get("devices")
-    if devices != "all" and gpu["index"] not in (devices or []):
-        return False
+    """Whether the entry's device-filter takes this GPU (``devices`` is checked by the caller)."""
     if filter_ids is None:
         return True
     if gpu["device_id"] is not None:
@@ -488,11 +494,15 @@ def _evaluate_config(name, entries, gpus, index, cache, mig_strategy):
                     errors.append("%s: devices lists GPU %d but the node has GPUs %s"
                                   % (prefix, gpu_index, ", ".join(str(i) for i in sorted(gpu_indexes))))
         layout = entry.get("mig-devices") or {}
+        layout_key = layout_signature(layout)
         enabled = entry.get("mig-enabled")
         covered_models = set()
-        for gpu in gpus:
-            if not _entry_matches(entry, gpu, filter_models, filter_ids):
-                continue
+        by_model = {}
+        devices = entry.get("devices")
+        wanted = None if devices == "all" else set(devices or [])
+        matching = [gpu for gpu in gpus
+                    if (wanted is None or gpu["index"] in wanted) and _entry_matches(entry, gpu, filter_models, filter_ids)]
+        for gpu in matching:
             if gpu["index"] in claimed:
                 errors.append("%s: %s is already configured by entry %d; entries must not overlap"
                               % (prefix, _gpu_label(gpu), claimed[gpu["index"]]))
@@ -508,14 +518,16 @@ def _evaluate_config(name, entries, gpus, index, cache, mig_strategy):
                               "exclude it with devices or device-filter" % (prefix, _gpu_label(gpu)))
                 continue
             covered_models.add(gpu["model"])
-            placement, reason = cache.place(gpu["model"], layout)
+            if gpu["model"] not in by_model:
+                by_model[gpu["model"]] = cache.place(gpu["model"], layout, layout_key)
+            placement, reason = by_model[gpu["model"]]
             if reason is not None:
                 errors.append("%s: %s: %s" % (prefix, _gpu_label(gpu), reason.message))
             else:
                 item["instances"] = placement
         if enabled:
             for model in sorted(filter_models - covered_models):
-                placement, reason = cache.place(model, layout)
+                placement, reason = cache.place(model, layout, layout_key)
                 item = {"index": None, "model": model, "mig_enabled": True, "instances": placement or []}
                 entry_placements.append(item)
                 if reason is not None:
