@@ -1,0 +1,207 @@
+"""gpu_native.fleet.runtime_class against the Kubernetes API stand-in, through ansible-playbook.
+
+The role runs on localhost (the "node"), with nvidia-smi replaced by the
+nvidia-smi stand-in replaying an 8x H100 capture.
+"""
+import copy
+import json
+import os
+import re
+import urllib.request
+
+import pytest
+
+from conftest import REPO_ROOT
+
+NVIDIA_SMI = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
+H100_CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
+
+NODE = {"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "labels": {"team": "ml-platform", "accelerator": "foreign"}},
+        "spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]}}
+
+PLAYBOOK = """
+- name: Apply runtime_class
+  hosts: localhost
+  gather_facts: false
+  environment:
+    NVIDIA_SMI_STANDIN_CAPTURE: "{{ capture }}"
+  roles:
+    - gpu_native.fleet.runtime_class
+"""
+
+
+def seed(accelerator_label="foreign"):
+    node = copy.deepcopy(NODE)
+    node["metadata"]["labels"]["accelerator"] = accelerator_label
+    return [node]
+
+
+def api_get(server, path):
+    req = urllib.request.Request(server.url + path, headers={"Authorization": "Bearer " + server.token})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def failure_message(output):
+    """The msg of the last task failure (the one that stopped the play)."""
+    messages = re.findall(r"^fatal: \[localhost\]: FAILED! => (\{.*\})$", output, re.MULTILINE)
+    assert messages, output[-3000:]
+    return json.loads(messages[-1])["msg"]
+
+
+def recap(output):
+    match = re.search(r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output)
+    assert match, output[-3000:]
+    return {"ok": int(match.group(1)), "changed": int(match.group(2)), "failed": int(match.group(4))}
+
+
+@pytest.fixture
+def role(standin_factory, run_playbook, tmp_path):
+    """Return (server, run(vars, args=())) with the role's common variables set."""
+    def make(seed_objects):
+        server = standin_factory(seed=seed_objects)
+        kubeconfig = server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+
+        def run(extra=None, args=()):
+            variables = {"runtime_class_kubeconfig": kubeconfig, "runtime_class_node_name": "gpu-node-1",
+                         "runtime_class_nvidia_smi": NVIDIA_SMI, "capture": H100_CAPTURE}
+            variables.update(extra or {})
+            return run_playbook(PLAYBOOK, args=["-e", json.dumps(variables)] + list(args))
+        return server, run
+    return make
+
+
+def test_converge_idempotence_check_mode_and_absent(role):
+    server, run = role(seed())
+    first = run({"runtime_class_overhead": {"cpu": "250m", "memory": "120Mi"}})
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert recap(first.stdout)["changed"] == 3  # RuntimeClass, labels, taint
+
+    rc = api_get(server, "/apis/node.k8s.io/v1/runtimeclasses/nvidia")
+    assert rc["handler"] == "nvidia"
+    assert rc["scheduling"] == {"nodeSelector": {"accelerator": "nvidia-gpu"},
+                                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                 "effect": "NoSchedule"}]}
+    assert rc["overhead"] == {"podFixed": {"cpu": "250m", "memory": "120Mi"}}
+    node = api_get(server, "/api/v1/nodes/gpu-node-1")
+    assert node["metadata"]["labels"] == {"team": "ml-platform", "accelerator": "nvidia-gpu",
+                                          "gpu.nvidia.com/model": "NVIDIA-H100-80GB-HBM3",
+                                          "gpu.nvidia.com/memory": "80Gi"}
+    assert node["spec"]["taints"] == [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+                                      {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+    revision = server.store.revision
+    again = run({"runtime_class_overhead": {"cpu": "250m", "memory": "120Mi"}})
+    assert again.returncode == 0 and recap(again.stdout)["changed"] == 0, again.stdout[-4000:]
+    check = run({"runtime_class_overhead": {"cpu": "250m", "memory": "120Mi"}}, ["--check"])
+    assert check.returncode == 0 and recap(check.stdout)["changed"] == 0, check.stdout[-4000:]
+    assert server.store.revision == revision
+
+    # dropping the overhead removes it (client-side apply), nothing else moves
+    dropped = run()
+    assert dropped.returncode == 0 and recap(dropped.stdout)["changed"] == 1, dropped.stdout[-4000:]
+    assert "overhead" not in api_get(server, "/apis/node.k8s.io/v1/runtimeclasses/nvidia")
+
+    # a foreign taint with our key but another effect, added later, must survive absent
+    node = api_get(server, "/api/v1/nodes/gpu-node-1")
+    absent = run({"runtime_class_state": "absent"})
+    assert absent.returncode == 0, absent.stdout[-4000:]
+    node = api_get(server, "/api/v1/nodes/gpu-node-1")
+    assert node["metadata"]["labels"] == {"team": "ml-platform"}
+    assert node["spec"]["taints"] == [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    code = urllib.request.Request(server.url + "/apis/node.k8s.io/v1/runtimeclasses/nvidia",
+                                  headers={"Authorization": "Bearer " + server.token})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(code, timeout=10)
+    assert err.value.code == 404
+
+
+def test_check_mode_on_a_fresh_cluster_reports_changes_and_changes_nothing(role):
+    server, run = role(seed())
+    revision = server.store.revision
+    result = run(args=["--check"])
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert recap(result.stdout)["changed"] == 3
+    assert server.store.revision == revision
+    assert "nvidia.com/gpu" not in json.dumps(api_get(server, "/api/v1/nodes/gpu-node-1")["spec"])
+
+
+def test_absent_keeps_a_foreign_accelerator_value(role):
+    server, run = role(seed(accelerator_label="tpu"))
+    result = run({"runtime_class_state": "absent", "runtime_class_manage_runtimeclass": False})
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert api_get(server, "/api/v1/nodes/gpu-node-1")["metadata"]["labels"]["accelerator"] == "tpu"
+
+
+def test_handler_change_replaces_the_runtimeclass_only_when_allowed(role):
+    legacy = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+              "handler": "nvidia-legacy"}
+    server, run = role(seed() + [legacy])
+    revision = server.store.revision
+    refused = run()
+    assert refused.returncode != 0
+    message = " ".join(failure_message(refused.stdout).split())
+    assert message.startswith("RuntimeClass nvidia exists with handler nvidia-legacy, but runtime_class_handler "
+                              "is nvidia")
+    assert "Fix: set runtime_class_replace_on_handler_change: true" in message
+    assert server.store.revision == revision
+    replaced = run({"runtime_class_replace_on_handler_change": True})
+    assert replaced.returncode == 0, replaced.stdout[-4000:]
+    assert api_get(server, "/apis/node.k8s.io/v1/runtimeclasses/nvidia")["handler"] == "nvidia"
+
+
+BAD_INPUT = [
+    pytest.param({"runtime_class_kubeconfig": "UNREACHABLE"},
+                 ["Cannot reach the Kubernetes API with runtime_class_kubeconfig", "Fix: point runtime_class_kubeconfig"],
+                 id="unreachable-kubeconfig"),
+    pytest.param({"runtime_class_kubeconfig": "WRONG_TOKEN"},
+                 ["Cannot reach the Kubernetes API with runtime_class_kubeconfig", "Reason: Unauthorized"],
+                 id="rejected-credentials"),
+    pytest.param({"containerd_nvidia_runtime_name": "nvidia-cdi", "runtime_class_handler": "nvidia"},
+                 ["runtime_class_handler (nvidia) differs from containerd_nvidia_runtime_name (nvidia-cdi)",
+                  "Fix: give both variables the same value"],
+                 id="handler-mismatch"),
+    pytest.param({"runtime_class_node_name": "gpu-node-9"},
+                 ["Node gpu-node-9 (runtime_class_node_name, for host localhost) does not exist"],
+                 id="unknown-node"),
+    pytest.param({"runtime_class_gpu_model": "NVIDIA H100 80GB HBM3"},
+                 ["runtime_class_gpu_model.gpu.nvidia.com/model: value 'NVIDIA H100 80GB HBM3' must be empty or"],
+                 id="model-not-a-label-value"),
+    pytest.param({"runtime_class_gpu_memory": "80GB"},
+                 ["runtime_class_gpu_memory (80GB: <n>Gi, e.g. 80Gi)"],
+                 id="memory-format"),
+    pytest.param({"runtime_class_taint": {"key": "nvidia.com/gpu", "value": "present", "effect": "Never"}},
+                 ["runtime_class_taint (key, value and an effect of"],
+                 id="taint-effect"),
+    pytest.param({"runtime_class_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]},
+                 ["each of runtime_class_tolerations needs an operator"],
+                 id="toleration"),
+    pytest.param({"runtime_class_nvidia_smi": "/nonexistent/nvidia-smi"},
+                 ["The GPU labels of localhost cannot be derived: nvidia-smi not found (/nonexistent/nvidia-smi)",
+                  "or set runtime_class_gpu_model and runtime_class_gpu_memory for this host"],
+                 id="no-nvidia-smi"),
+]
+
+
+@pytest.mark.parametrize("extra,messages", BAD_INPUT)
+def test_bad_input_fails_early_naming_the_variable_and_changes_nothing(role, tmp_path, extra, messages):
+    server, run = role(seed())
+    extra = dict(extra)
+    if extra.get("runtime_class_kubeconfig") == "UNREACHABLE":
+        path = tmp_path / "unreachable"
+        path.write_text(open(server.write_kubeconfig(str(tmp_path / "x"))).read()
+                        .replace(server.url, "http://127.0.0.1:9"))
+        extra["runtime_class_kubeconfig"] = str(path)
+    elif extra.get("runtime_class_kubeconfig") == "WRONG_TOKEN":
+        path = tmp_path / "wrong-token"
+        path.write_text(open(server.write_kubeconfig(str(tmp_path / "x"))).read().replace(server.token, "nope"))
+        extra["runtime_class_kubeconfig"] = str(path)
+    revision = server.store.revision
+    result = run(extra)
+    assert result.returncode != 0
+    output = " ".join(failure_message(result.stdout).split())
+    for message in messages:
+        assert message in output, output
+    assert recap(result.stdout)["changed"] == 0
+    assert server.store.revision == revision
