@@ -415,7 +415,7 @@ def _restore_marked_keys(text):
     return "\n".join(out)
 
 
-def _set_key(text, table_path, key, value, where):
+def _set_key(text, table_path, key, value):
     """Set ``table_path.key = value`` in place, recording the previous value.
 
     Returns the new text, or None when the table has no header to add the key under.
@@ -458,7 +458,7 @@ def _strip_runtime_tables(text, runtimes_path, runtime_name):
             removing = path[: len(prefix)] == prefix
         if removing or path[: len(prefix)] == prefix:
             spans.append((statement.start, statement.end))
-    return _remove_spans(text, spans), bool(spans)
+    return _remove_spans(text, spans)
 
 
 def _nest(path, value):
@@ -467,20 +467,20 @@ def _nest(path, value):
     return value
 
 
-def plan_v1(text, data, config_path, runtime_name, binary_path, set_as_default, enable_cdi, state):
+def plan_v1(text, config_path, runtime_name, binary_path, set_as_default, enable_cdi, state):
     warnings = []
     cri = CRI_PLUGINS[1]
     runtimes_path = ("plugins", cri, "containerd", "runtimes")
     stripped = _block_re(runtime_name).sub("", _restore_marked_keys(text))
     if stripped != text:
-        toml_compat.loads(stripped)  # our own edits must leave valid TOML behind
+        _parse_own(stripped, config_path)  # undoing our own edits must leave valid TOML behind
     handler = None
     if state == "absent":
         new_text = stripped
     else:
         stripped_data = toml_compat.loads(stripped)
         if _get(stripped_data, runtimes_path + (runtime_name,)) is not None:
-            stripped, _found = _strip_runtime_tables(stripped, runtimes_path, runtime_name)
+            stripped = _strip_runtime_tables(stripped, runtimes_path, runtime_name)
             warnings.append(
                 "%s already defined runtime %r outside the block this module manages; that definition was replaced."
                 % (config_path, runtime_name)
@@ -496,7 +496,7 @@ def plan_v1(text, data, config_path, runtime_name, binary_path, set_as_default, 
         if enable_cdi:
             settings.append((("plugins", cri), "enable_cdi", True))
         for table_path, key, value in settings:
-            edited = _set_key(new_text, table_path, key, value, config_path)
+            edited = _set_key(new_text, table_path, key, value)
             if edited is None:
                 extra.setdefault(table_path, {})[key] = value
             else:
@@ -585,7 +585,7 @@ def plan(config_path, config_text, drop_in_dir, drop_in_text, runtime_name, bina
     data = parse(text, config_path)
     version = detect_version(data, config_path)
     if version == 1:
-        return plan_v1(text, data, config_path, runtime_name, binary_path, set_as_default, enable_cdi, state)
+        return plan_v1(text, config_path, runtime_name, binary_path, set_as_default, enable_cdi, state)
     cri = CRI_PLUGINS[version]
     drop_in_path = drop_in_path_for(drop_in_dir, runtime_name)
     glob = os.path.join(drop_in_dir, "*.toml")

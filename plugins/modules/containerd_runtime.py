@@ -31,7 +31,7 @@ description:
     C(runtime_type = "io.containerd.runc.v2") and C(options.BinaryName) to O(binary_path).
   - The module does not restart containerd; use RV(effective_changed) to decide (the C(gpu_native.fleet.containerd_nvidia)
     role does this through a handler).
-  - Needs a TOML reader on the managed node: C(tomllib) (Python 3.11+), C(tomli) or C(toml)
+  - Needs a TOML reader on the managed node, one of C(tomllib) (Python 3.11+), C(tomli) or C(toml)
     (Debian/Ubuntu packages C(python3-tomli), C(python3-toml)).
 options:
   config_path:
@@ -94,8 +94,10 @@ seealso:
     link: https://github.com/containerd/containerd/blob/main/docs/PLUGINS.md
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: full
 """
 
@@ -169,6 +171,13 @@ backup_file:
   returned: changed and backup requested
   type: str
   sample: /etc/containerd/config.toml.12345.2026-01-01@00:00:00~
+written:
+  description:
+    - Whether this run changed files on disk (false in check mode and when nothing needed changing).
+      Together with RV(effective_changed) it tells whether containerd must be restarted now.
+  returned: always
+  type: bool
+  sample: true
 toml_reader:
   description: The TOML reader used on the managed node (tomllib, tomli or toml).
   returned: always
@@ -290,8 +299,11 @@ def main():
         )
     except ContainerdConfigError as exc:
         module.fail_json(msg=to_native(exc))
-    except toml_compat.TomlUnavailableError as exc:  # pragma: no cover - checked above
-        module.fail_json(msg=to_native(exc))
+    except toml_compat.TomlParseError as exc:
+        # Only reachable through a hand-edited marker comment: the files themselves were parsed above.
+        module.fail_json(msg="%s or a drop-in holds a gpu_native.fleet.containerd_runtime marker comment that cannot be "
+                             "read (%s). Nothing was changed. Fix: delete the damaged marker comment and re-run."
+                             % (config_path, to_native(exc)))
 
     for warning in result_plan.warnings:
         module.warn(warning)
@@ -306,6 +318,7 @@ def main():
         files_changed=[change.path for change in changes],
         effective_changed=result_plan.effective_changed,
         toml_reader=reader,
+        written=False,
     )
     if module._diff:
         result["diff"] = [
@@ -334,6 +347,7 @@ def main():
                                      **result)
         else:
             _write(module, change.path, change.after)
+        result["written"] = True
     module.exit_json(**result)
 
 

@@ -76,7 +76,7 @@ def test_present_v2_writes_drop_in_and_imports(node, capsys):
     node.config.write_text(fixture("v2_kubespray_style.toml"))
     node.config.chmod(0o600)
     result = run(node.args(), capsys)
-    assert result["rc"] == 0 and result["changed"] and result["effective_changed"]
+    assert result["rc"] == 0 and result["changed"] and result["effective_changed"] and result["written"]
     assert result["config_version"] == 2 and result["cri_plugin"] == V2
     assert result["drop_in_path"] == str(node.drop_in)
     assert sorted(result["files_changed"]) == sorted([str(node.config), str(node.drop_in)])
@@ -94,7 +94,7 @@ def test_second_run_is_unchanged(node, capsys):
     before = node.snapshot()
     second = run(node.args(set_as_default=True, enable_cdi=True), capsys)
     assert first["changed"] and not second["changed"]
-    assert not second["effective_changed"] and second["files_changed"] == []
+    assert not second["effective_changed"] and second["files_changed"] == [] and not second["written"]
     assert node.snapshot() == before
 
 
@@ -102,7 +102,7 @@ def test_check_mode_writes_nothing(node, capsys):
     node.config.write_text(fixture("v2_kubespray_style.toml"))
     before = node.snapshot()
     result = run(node.args(), capsys, check_mode=True)
-    assert result["changed"] and result["effective_changed"]
+    assert result["changed"] and result["effective_changed"] and not result["written"]
     assert node.snapshot() == before
     assert not node.drop_in_dir.exists()
 
