@@ -13,9 +13,9 @@ module: gpu_health
 short_description: Judge whether a node's GPUs are ready, GPU by GPU
 version_added: 0.1.0
 author:
-  - gpu_native.fleet maintainers
+  - gpu_native.fleet contributors (@gpu-native)
 description:
-  - Node Ready is not GPU Ready. This module gives a per-GPU verdict and a node verdict (O(gpu_ready)) from what
+  - Node Ready is not GPU Ready. This module gives a per-GPU verdict and a node verdict (RV(gpu_ready)) from what
     C(nvidia-smi), C(lspci) (or sysfs) and the kernel log say, never from C(nvidia-smi)'s exit code, which is 0
     even while a GPU shows C(ERR!).
   - "A GPU is unhealthy when its table row shows C(ERR!); nvidia-smi cannot get its handle or says C(GPU is lost);
