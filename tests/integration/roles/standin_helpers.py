@@ -5,7 +5,7 @@ import os
 import urllib.error
 import urllib.request
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "k8s_standin", "conftest.py")
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "unit", "k8s_standin", "conftest.py")
 _SPEC = importlib.util.spec_from_file_location("k8s_standin_conftest", _PATH)
 _MODULE = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(_MODULE)

@@ -1,0 +1,108 @@
+"""Verify gpu_native.fleet.mig: the node's MIG state (stand-in GPU) and the Kubernetes API (stand-in) after
+converge (layout balanced applied) and side_effect (layout all-1g.10gb refused by GPU 1)."""
+testinfra_hosts = ["podman://gn-mig-node1"]
+
+import json  # noqa: E402
+import os  # noqa: E402
+from datetime import datetime  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+STANDIN_DIR = os.path.join(REPO, ".cache", "k8s-standin", "mig")
+MUTATING = ("-cgi", "-dci", "-dgi", "-mig", "-r")
+
+
+def _objects(plural):
+    with open(os.path.join(STANDIN_DIR, "state.json")) as handle:
+        state = json.load(handle)
+    return [o["object"] for o in state["objects"] if o["plural"] == plural]
+
+
+@pytest.fixture(scope="module")
+def node():
+    return [n for n in _objects("nodes") if n["metadata"]["name"] == "gpu-node-1"][0]
+
+
+@pytest.fixture(scope="module")
+def converged():
+    with open(os.path.join(STANDIN_DIR, "node-after-converge.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope="module")
+def failure():
+    with open(os.path.join(STANDIN_DIR, "side-effect-failure.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope="module")
+def events():
+    items = [e for e in _objects("events") if e["involvedObject"]["name"] == "gpu-node-1"]
+    return sorted(items, key=lambda e: e["eventTime"])
+
+
+@pytest.fixture(scope="module")
+def calls(host):
+    lines = host.file("/var/lib/nvidia-smi-standin/calls.log").content_string.splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _time(event):
+    return datetime.strptime(event["eventTime"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+
+
+def _mutating(calls):
+    return [c for c in calls if any(a in MUTATING for a in c["argv"])]
+
+
+def test_converge_applied_balanced_and_handed_the_node_back(converged):
+    labels = converged["metadata"]["labels"]
+    assert labels["nvidia.com/mig.config"] == "balanced"
+    assert labels["nvidia.com/mig.config.state"] == "success"
+    assert not converged["spec"].get("unschedulable")
+    assert "gpu-native.io/mig.config.failure-reason" not in converged["metadata"].get("annotations", {})
+
+
+def test_the_drain_evicted_the_workload_but_not_the_daemonset_pod():
+    pods = dict((p["metadata"]["name"], p) for p in _objects("pods"))
+    assert "trainer-7d9f-abcde" not in pods
+    assert "nvidia-device-plugin-x7k2p" in pods
+
+
+def test_cordon_and_pending_came_before_the_first_change_and_success_after_the_last(events, calls, failure):
+    first_run = _mutating(calls[:failure["calls_before"]])
+    reasons = [e["reason"] for e in events]
+    assert reasons[:3] == ["MigConfigCordoned", "MigConfigPending", "MigConfigSuccess"]
+    cordoned, pending, success = events[:3]
+    assert first_run, "converge changed nothing on the GPUs"
+    assert _time(cordoned) < _time(pending) < first_run[0]["time"]
+    assert first_run[-1]["time"] < _time(success)
+    assert [c["argv"] for c in first_run] == [
+        ["-i", "0", "-mig", "1"], ["-i", "1", "-mig", "1"],
+        ["mig", "-i", "0", "-cgi", "5:0,14:4,19:6", "-C"], ["mig", "-i", "1", "-cgi", "5:0,14:4,19:6", "-C"]]
+
+
+def test_the_refused_apply_left_the_node_cordoned_with_state_failed(node, events, failure):
+    assert node["spec"]["unschedulable"] is True
+    labels = node["metadata"]["labels"]
+    assert labels["nvidia.com/mig.config.state"] == "failed"
+    assert labels["nvidia.com/mig.config"] == "balanced"  # the last layout that was applied
+    reason = node["metadata"]["annotations"]["gpu-native.io/mig.config.failure-reason"]
+    assert "mig -i 1 -dci" in reason and "In use by another client" in reason
+    assert [e["reason"] for e in events[3:]] == ["MigConfigCordoned", "MigConfigPending", "MigConfigFailed"]
+    assert events[-1]["type"] == "Warning"
+    assert "MIG layout all-1g.10gb was not applied" in failure["msg"]
+
+
+def test_the_gpus_hold_what_was_applied_before_the_refusal(host):
+    listing = host.check_output("nvidia-smi mig -lgi")
+    rows = [line.split() for line in listing.splitlines() if "MIG " in line]
+    # GPU 0 was emptied before GPU 1 refused; GPU 1 keeps balanced at its planned starts
+    assert sorted((r[1], r[3], r[-2]) for r in rows) == [("1", "1g.10gb", "6:1"), ("1", "2g.20gb", "4:2"), ("1", "4g.40gb", "0:4")]
+
+
+def test_mig_mode_as_the_driver_reports_it(host):
+    xml = host.check_output("nvidia-smi -q -x")
+    assert xml.count("<current_mig>Enabled</current_mig>") == 2
+    assert xml.count("<current_mig>Disabled</current_mig>") == 6

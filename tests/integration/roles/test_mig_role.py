@@ -1,0 +1,165 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""mig role on localhost: the nvidia-smi stand-in (8x H100) and the Kubernetes API stand-in."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from standin_helpers import REPO_ROOT, api_get, k8s_standin_server, run_ansible_playbook  # noqa: E402
+
+STANDIN = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
+CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "labels": {"team": "ml"}},
+        "spec": {"podCIDR": "10.244.1.0/24"}}
+MUTATING = ("-cgi", "-dci", "-dgi", "-mig", "-r")
+CONFIG = {"version": "v1", "mig-configs": {
+    "balanced": [{"devices": [0, 1], "mig-enabled": True, "mig-devices": {"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}},
+                 {"devices": [2, 3, 4, 5, 6, 7], "mig-enabled": False}],
+    "all-1g": [{"devices": [0, 1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+               {"devices": [2, 3, 4, 5, 6, 7], "mig-enabled": False}],
+    "two-7g": [{"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 2}}],
+}}
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  roles:
+    - role: gpu_native.fleet.mig
+      vars: %s
+"""
+
+
+@pytest.fixture
+def node(tmp_path):
+    (tmp_path / "k8s").mkdir()
+    server = k8s_standin_server.KubeStandin(state_dir=str(tmp_path / "k8s"), seed=[NODE]).start()
+    kubeconfig = server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    state = tmp_path / "smi" / "mig-state.json"
+
+    class Node:
+        api = server
+
+        def play(self, name, *args, **extra):
+            role_vars = {"mig_config": CONFIG, "mig_config_name": name, "mig_node_name": "gpu-node-1",
+                         "mig_nvidia_smi": STANDIN, "mig_drain_timeout": 30}
+            role_vars.update(extra)
+            path = tmp_path / "play.yml"
+            path.write_text(PLAY % json.dumps(role_vars))
+            return run_ansible_playbook(str(path), kubeconfig, args, extra_env={
+                "NVIDIA_SMI_STANDIN_CAPTURE": CAPTURE, "NVIDIA_SMI_STANDIN_MIG_STATE": str(state)})
+
+        def object(self):
+            return api_get(server, "/api/v1/nodes/gpu-node-1")
+
+        def events(self):
+            items = api_get(server, "/api/v1/namespaces/default/events")["items"]
+            return sorted(items, key=lambda e: e["eventTime"])
+
+        def calls(self):
+            path = state.parent / "calls.log"
+            if not path.exists():
+                return []
+            return [json.loads(line) for line in path.read_text().splitlines()]
+
+        def mutating(self):
+            return [c for c in self.calls() if any(a in MUTATING for a in c["argv"])]
+
+        def set_state(self, **knobs):
+            if not state.exists():  # let the stand-in create its state from the capture
+                import subprocess
+                subprocess.run([sys.executable, STANDIN, "-i", "7", "-mig", "0"], check=True, capture_output=True,
+                               env=dict(os.environ, NVIDIA_SMI_STANDIN_CAPTURE=CAPTURE, NVIDIA_SMI_STANDIN_MIG_STATE=str(state)))
+                (state.parent / "calls.log").unlink()
+            data = json.loads(state.read_text())
+            data.update(knobs)
+            state.write_text(json.dumps(data))
+
+    yield Node()
+    server.stop()
+
+
+def _time(event):
+    from datetime import datetime
+    return datetime.strptime(event["eventTime"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+
+
+def test_apply_cordons_first_labels_pending_then_success_and_uncordons(node):
+    result = node.play("balanced")
+    assert result.returncode == 0, result.stdout
+    obj = node.object()
+    assert obj["metadata"]["labels"]["nvidia.com/mig.config"] == "balanced"
+    assert obj["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert not obj["spec"].get("unschedulable")
+    events = node.events()
+    assert [e["reason"] for e in events] == ["MigConfigCordoned", "MigConfigPending", "MigConfigSuccess"]
+    mutating = node.mutating()
+    assert [c["argv"] for c in mutating] == [
+        ["-i", "0", "-mig", "1"], ["-i", "1", "-mig", "1"],
+        ["mig", "-i", "0", "-cgi", "5:0,14:4,19:6", "-C"], ["mig", "-i", "1", "-cgi", "5:0,14:4,19:6", "-C"]]
+    assert _time(events[0]) < _time(events[1]) < mutating[0]["time"]       # cordoned and pending before apply
+    assert mutating[-1]["time"] < _time(events[2])                         # success after apply
+    # idempotent: nothing drifts, nothing is run or written
+    before = obj["metadata"]["resourceVersion"]
+    again = node.play("balanced")
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
+    assert len(node.mutating()) == 4 and node.object()["metadata"]["resourceVersion"] == before
+
+
+def test_relayout_destroys_and_recreates(node):
+    assert node.play("balanced").returncode == 0
+    result = node.play("all-1g")
+    assert result.returncode == 0, result.stdout
+    argv = [c["argv"] for c in node.mutating()][4:]
+    assert argv == [["mig", "-i", "0", "-dci"], ["mig", "-i", "0", "-dgi"], ["mig", "-i", "1", "-dci"], ["mig", "-i", "1", "-dgi"],
+                    ["mig", "-i", "0", "-cgi", "19:0,19:1,19:2,19:3,19:4,19:5,19:6", "-C"],
+                    ["mig", "-i", "1", "-cgi", "19:0,19:1,19:2,19:3,19:4,19:5,19:6", "-C"]]
+    assert node.object()["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g"
+
+
+def test_failed_apply_leaves_the_node_cordoned_with_state_failed(node):
+    assert node.play("balanced").returncode == 0
+    node.set_state(busy=[1])
+    result = node.play("all-1g")
+    assert result.returncode != 0
+    assert "MIG layout all-1g was not applied" in result.stdout
+    obj = node.object()
+    assert obj["spec"]["unschedulable"] is True
+    assert obj["metadata"]["labels"]["nvidia.com/mig.config.state"] == "failed"
+    assert obj["metadata"]["labels"]["nvidia.com/mig.config"] == "balanced"           # still the last good one
+    reason = obj["metadata"]["annotations"]["gpu-native.io/mig.config.failure-reason"]
+    assert "mig -i 1 -dci" in reason and "In use by another client" in reason
+    assert node.events()[-1]["reason"] == "MigConfigFailed"
+    # fixed and re-run: success removes the annotation; the node was cordoned when this run began, so it stays so
+    node.set_state(busy=[])
+    assert node.play("all-1g").returncode == 0
+    obj = node.object()
+    assert obj["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert "gpu-native.io/mig.config.failure-reason" not in obj["metadata"].get("annotations", {})
+    assert obj["spec"]["unschedulable"] is True
+
+
+def test_invalid_layout_touches_nothing(node):
+    result = node.play("two-7g")
+    assert result.returncode != 0
+    assert "7g.80gb: 2 requested but at most 1 fit" in result.stdout
+    obj = node.object()
+    assert not obj["spec"].get("unschedulable") and "nvidia.com/mig.config.state" not in obj["metadata"]["labels"]
+    assert node.mutating() == [] and node.events() == []
+
+
+def test_check_mode_changes_nothing(node):
+    result = node.play("balanced", "--check")
+    assert result.returncode == 0, result.stdout
+    assert node.mutating() == [] and node.events() == []
+    obj = node.object()
+    assert not obj["spec"].get("unschedulable") and "nvidia.com/mig.config.state" not in obj["metadata"]["labels"]
+
+
+def test_pending_mode_change_is_finished_with_a_reset(node):
+    node.set_state(mode_change_needs_reset=True)
+    result = node.play("balanced")
+    assert result.returncode == 0, result.stdout
+    argv = [c["argv"] for c in node.mutating()]
+    assert ["-i", "0,1", "-r"] in argv
+    assert argv.index(["-i", "0,1", "-r"]) < argv.index(["mig", "-i", "0", "-cgi", "5:0,14:4,19:6", "-C"])
