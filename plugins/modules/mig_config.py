@@ -109,11 +109,6 @@ seealso:
   - name: mig-parted
     description: NVIDIA's MIG partition editor, which applies these configs.
     link: https://github.com/NVIDIA/mig-parted
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

@@ -167,7 +167,8 @@ def test_every_layout_up_to_capacity_agrees_with_the_oracle(model):
     oracle = oracle_closure(oracle_packings(table, slots), table)
     data = mg.GEOMETRY[model]
     names = sorted(table)
-    ranges = [range(0, mp.max_instances(data["profiles"][n], slots) + 2 if n.endswith("+me") else mp.max_instances(data["profiles"][n], slots) + 1) for n in names]
+    # up to each profile's total (+me one beyond it, so two +me are tried)
+    ranges = [range(0, mp.max_instances(data["profiles"][n], slots) + (2 if n.endswith("+me") else 1)) for n in names]
     feasible = at_capacity = 0
     for counts in itertools.product(*ranges):
         layout = dict(zip(names, counts))
