@@ -3,11 +3,13 @@
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 
 import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config as cc
+from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compat
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "containerd")
 CONFIG = "/etc/containerd/config.toml"
@@ -351,3 +353,42 @@ def test_real_containerd_config_dump_shows_the_handler(tmp_path, name):
     assert runtimes["nvidia"]["options"]["BinaryName"] == BINARY
     assert runtimes["nvidia"]["options"].get("SystemdCgroup", False) == \
         runtimes["runc"]["options"].get("SystemdCgroup", False)
+
+
+# ---------------------------------------------------------------- other TOML readers
+
+
+def _old_toml_package():
+    try:
+        import toml
+        return toml
+    except ImportError:
+        pass
+    debian = "/usr/lib/python3/dist-packages"  # Debian's python3-toml
+    if not os.path.isfile(os.path.join(debian, "toml", "__init__.py")):
+        pytest.skip("the toml package (python3-toml) is not installed")
+    sys.path.append(debian)
+    try:
+        import toml
+    finally:
+        sys.path.remove(debian)
+    return toml
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(FIXTURES) if n.startswith("v")))
+def test_old_toml_package_gives_the_same_result(monkeypatch, name):
+    """Nodes on Python < 3.11 with only python3-toml must get byte-identical files."""
+    text = fixture(name)
+    expected = run_plan(text, set_as_default=True, enable_cdi=True)
+    monkeypatch.setattr(toml_compat, "_BACKEND", ("toml", _old_toml_package()))
+    result = run_plan(text, set_as_default=True, enable_cdi=True)
+    assert [(c.path, c.after) for c in result.files] == [(c.path, c.after) for c in expected.files]
+    drop_in = after(result, DROP_IN) if result.drop_in_path else None
+    absent = run_plan(after(result, CONFIG), state="absent", drop_in=drop_in)
+    assert after(absent, CONFIG) == text
+
+
+def test_old_toml_package_reports_the_line(monkeypatch):
+    monkeypatch.setattr(toml_compat, "_BACKEND", ("toml", _old_toml_package()))
+    with pytest.raises(cc.ContainerdConfigError, match="line 7"):
+        run_plan(fixture("broken_unclosed_table.toml"))
