@@ -13,7 +13,7 @@ module: gpu_node_labels
 short_description: Derive a GPU node's Kubernetes labels from nvidia-smi
 version_added: 0.1.0
 author:
-  - gpu_native.fleet maintainers
+  - gpu_native.fleet maintainers (@gpu-native)
 description:
   - Computes the labels C(accelerator), C(gpu.nvidia.com/model) and C(gpu.nvidia.com/memory) for the node it runs
     on, from C(nvidia-smi -q -x) (or a captured copy of it). It changes nothing; the

@@ -260,7 +260,7 @@ def validate_qualified_name(field, key):
     errors = []
     if not isinstance(key, str) or not key:
         return [_invalid_value(field, key, "name part must be non-empty")]
-    prefix, _, name = key.rpartition("/")
+    prefix, _slash, name = key.rpartition("/")
     if "/" in key:
         if not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix):
             errors.append(_invalid_value(field, key, "prefix part " + MSG_DNS_SUBDOMAIN))
@@ -984,10 +984,10 @@ class Api:
             if not meta.get("name"):
                 if meta.get("generateName"):
                     meta["name"] = meta["generateName"] + "".join(
-                        secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+                        secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _index in range(5))
                 else:
-                    raise invalid(rtype, "", [_required("metadata.name", "Required value: name or "
-                                                                          "generateName is required")])
+                    message = "Required value: name or generateName is required"
+                    raise invalid(rtype, "", [_required("metadata.name", message)])
             if rtype.namespaced:
                 try:
                     self._require_namespace(meta["namespace"])
@@ -1632,7 +1632,7 @@ def apply_seed(store, objects):
     for obj in objects:
         if not isinstance(obj, dict) or "apiVersion" not in obj or "kind" not in obj:
             raise SystemExit("seed object without apiVersion/kind: %r" % (obj,))
-        group, _, version = obj["apiVersion"].rpartition("/")
+        group, _slash, version = obj["apiVersion"].rpartition("/")
         with store.lock:
             candidates = [t for t in store.types() if t.group == group and t.version == version
                           and t.kind == obj["kind"]]
@@ -1760,8 +1760,8 @@ def main(argv=None):
     parser.add_argument("command", nargs="?", choices=("serve", "stop"), default="serve")
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--state-dir", help="directory for state.json, server.log, kubeconfig, server.pid")
-    parser.add_argument("--seed", action="append", help="YAML/JSON file of objects to create on a fresh state "
-                                                         "(repeatable)")
+    parser.add_argument("--seed", action="append",
+                        help="YAML/JSON file of objects to create on a fresh state (repeatable)")
     parser.add_argument("--kubeconfig-out", help="where to write the kubeconfig (default STATE_DIR/kubeconfig)")
     parser.add_argument("--pidfile", help="pid file (default STATE_DIR/server.pid)")
     parser.add_argument("--token", help="bearer token clients must send (default: random)")
