@@ -86,6 +86,8 @@ options:
     default: false
 notes:
   - Supports check mode (nothing is written) and diff mode (one diff per changed file).
+  - Files are written atomically (a temporary file in the same directory, then a rename); existing files keep their
+    mode and owner, a new drop-in gets the main config's mode (it may copy registry credentials from the CRI table).
   - Other drop-ins in O(drop_in_dir) that also set the CRI plugin table are reported as warnings; before containerd 2.1
     the file imported last replaces the whole table.
 seealso:
@@ -186,6 +188,7 @@ toml_reader:
 """
 
 import os
+import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -227,7 +230,7 @@ def _other_drop_ins(module, drop_in_dir, own_path):
     return found
 
 
-def _write(module, path, text):
+def _write(module, path, text, new_mode):
     """Write atomically: a temp file in the same directory, then rename (mode/owner kept)."""
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
@@ -240,9 +243,13 @@ def _write(module, path, text):
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(to_bytes(text))
-        if not existed:
-            os.chmod(temp_path, 0o644)
-        module.atomic_move(temp_path, path)
+        if existed:
+            module.atomic_move(temp_path, path)  # keeps the file's mode, owner and SELinux context
+        else:
+            # atomic_move would give a new file the umask's mode; keep new_mode from the start.
+            os.chmod(temp_path, new_mode)
+            os.rename(temp_path, path)
+            module.set_default_selinux_context(path, False)
     except (IOError, OSError) as exc:
         if os.path.exists(temp_path):
             os.unlink(temp_path)
@@ -333,6 +340,11 @@ def main():
     if module.check_mode or not changes:
         module.exit_json(**result)
 
+    # A new drop-in copies the main config's CRI table, which may hold registry
+    # credentials: it gets the main file's mode (0644 when there is none).
+    new_mode = 0o644
+    if os.path.isfile(config_path):
+        new_mode = stat.S_IMODE(os.stat(config_path).st_mode) & 0o666
     # present: drop-in before the main file that imports it; absent: the import goes first.
     ordered = changes if params["state"] == "absent" else list(reversed(changes))
     for change in ordered:
@@ -346,7 +358,7 @@ def main():
                     module.fail_json(msg="Cannot remove %s: %s. Fix: check permissions." % (change.path, to_native(exc)),
                                      **result)
         else:
-            _write(module, change.path, change.after)
+            _write(module, change.path, change.after, new_mode)
         result["written"] = True
     module.exit_json(**result)
 

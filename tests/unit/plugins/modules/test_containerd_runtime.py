@@ -84,8 +84,15 @@ def test_present_v2_writes_drop_in_and_imports(node, capsys):
     nvidia = tomllib.loads(node.drop_in.read_text())["plugins"][V2]["containerd"]["runtimes"]["nvidia"]
     assert nvidia["options"] == {"SystemdCgroup": True, "BinaryName": node.binary_path}
     assert stat.S_IMODE(node.config.stat().st_mode) == 0o600  # mode kept across the atomic rename
-    assert stat.S_IMODE(node.drop_in.stat().st_mode) == 0o644
+    # The drop-in copies the CRI table (registry credentials may be in it): not more readable than the main file.
+    assert stat.S_IMODE(node.drop_in.stat().st_mode) == 0o600
     assert not [p for p in os.listdir(node.drop_in_dir) if p.startswith(".")]  # no temp files left
+
+
+def test_new_files_default_to_0644(node, capsys):
+    run(node.args(), capsys)
+    assert stat.S_IMODE(node.config.stat().st_mode) == 0o644
+    assert stat.S_IMODE(node.drop_in.stat().st_mode) == 0o644
 
 
 def test_second_run_is_unchanged(node, capsys):
