@@ -111,6 +111,11 @@ class _Validator:
         return value
 
     def constraint(self, value, path):
+        if isinstance(value, float):
+            # YAML reads an unquoted 12.10 as 12.1: refuse rather than compare the wrong version.
+            self.error(path, "%r is a YAML number, not text; quote it (\"%s\") so it is compared as written"
+                       % (value, value))
+            return None
         try:
             return parse_constraint(value, path)
         except ConstraintError as exc:
