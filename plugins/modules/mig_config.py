@@ -13,10 +13,10 @@ module: mig_config
 short_description: Validate MIG layouts exactly, offline, and report drift from a node's actual MIG state
 version_added: 0.1.0
 author:
-  - gpu_native.fleet maintainers
+  - gpu_native.fleet contributors (@gpu-native)
 description:
-  - Validates a mig-parted config (C(version: v1), C(mig-configs)) before it touches a node. mig-parted itself checks
-    only the schema; whether a layout fits is otherwise found out on the hardware when instance creation fails.
+  - "Validates a mig-parted config (C(version: v1), C(mig-configs)) before it touches a node. mig-parted itself checks
+    only the schema; whether a layout fits is otherwise found out on the hardware when instance creation fails."
   - "The schema is checked as strictly as mig-parted does: unknown keys are errors with their path; C(mig-devices) is
     required when C(mig-enabled) is true and forbidden when it is false; counts are non-negative and not all zero;
     C(devices) is C(all) or a list of GPU indexes; C(device-filter) is a string or a list."
