@@ -358,7 +358,7 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
         _apply_handle_errors(gpus, report["handle_errors"])
         if report["attached_gpus"] is not None and report["attached_gpus"] != len(report["gpus"]):
             notes.append("nvidia-smi %s reports %d attached GPUs but describes %d; GPUs it does not describe "
-                            "are judged from the other inputs only" % (source, report["attached_gpus"], len(report["gpus"])))
+                         "are judged from the other inputs only" % (source, report["attached_gpus"], len(report["gpus"])))
     if table is not None:
         nvidia_smi_seen = True
         driver_version = driver_version or table["driver_version"]

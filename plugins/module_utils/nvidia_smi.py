@@ -73,7 +73,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
     PciBusIdError,

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -247,8 +246,8 @@ def evaluate_node(config, metrics, now):
     driver_ready = bool(result["driver_reachable"] and (result["nvidia_smi_gpu_count"] or 0) > 0)
     metrics.add("gpu_native_node_driver_ready", int(driver_ready))
     metrics.add("gpu_native_node_toolkit_ready", int(driver_ready and check_toolkit(config.get("toolkit_command"))))
-    metrics.add("gpu_native_node_plugin_ready", int(bool(result["checks"]["device_plugin_count_matches"])
-                                                     and (plugin_count or 0) > 0))
+    plugin_ready = bool(result["checks"]["device_plugin_count_matches"]) and (plugin_count or 0) > 0
+    metrics.add("gpu_native_node_plugin_ready", int(plugin_ready))
     metrics.add("gpu_native_node_cuda_ready", int(driver_ready and check_cuda(config.get("cuda_library", "libcuda.so.1"))))
     metrics.add("gpu_native_node_gpu_ready", int(result["gpu_ready"]))
     metrics.add("gpu_native_nvidia_pci_devices_total", result["pci_gpu_count"])
