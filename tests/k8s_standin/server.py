@@ -429,6 +429,8 @@ TYPED_ITEM_FIELDS = {
 }
 
 
+KINDS_WITH_SPEC_AND_STATUS = ("Node", "Pod", "Namespace", "Service", "DaemonSet", "Deployment", "ReplicaSet",
+                              "StatefulSet", "Job", "CronJob", "PodDisruptionBudget", "CustomResourceDefinition")
 NODE_INFO_FIELDS = ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
                     "kubeletVersion", "kubeProxyVersion", "operatingSystem", "architecture")
 
@@ -446,6 +448,10 @@ def normalise_typed(rtype, obj):
     if rtype.custom:
         return obj
     obj = _drop_nulls(obj)
+    if rtype.kind in KINDS_WITH_SPEC_AND_STATUS:
+        # non-pointer Go structs: the real server always encodes them, if only as {}
+        obj.setdefault("spec", {})
+        obj.setdefault("status", {})
     status = obj.get("status")
     if rtype.kind == "Node" and isinstance(status, dict) and isinstance(status.get("nodeInfo"), dict):
         # NodeSystemInfo's fields carry no omitempty: Go always encodes them

@@ -78,13 +78,13 @@ def test_discovery_lists_the_groups_and_resources_we_use(standin):
     assert by_name["nodes"]["namespaced"] is False and "patch" in by_name["nodes"]["verbs"]
     assert by_name["pods/eviction"]["group"] == "policy" and by_name["pods/eviction"]["kind"] == "Eviction"
     assert by_name["configmaps"]["shortNames"] == ["cm"]
-    _, rcs = call(standin, "GET", "/apis/node.k8s.io/v1")
+    _code, rcs = call(standin, "GET", "/apis/node.k8s.io/v1")
     assert [r["name"] for r in rcs["resources"]] == ["runtimeclasses"]
-    _, pdbs = call(standin, "GET", "/apis/policy/v1")
+    _code, pdbs = call(standin, "GET", "/apis/policy/v1")
     assert "poddisruptionbudgets" in [r["name"] for r in pdbs["resources"]]
-    _, mon = call(standin, "GET", "/apis/monitoring.coreos.com/v1")
+    _code, mon = call(standin, "GET", "/apis/monitoring.coreos.com/v1")
     assert {"prometheusrules", "servicemonitors", "podmonitors"} <= {r["name"] for r in mon["resources"]}
-    _, apps = call(standin, "GET", "/apis/apps/v1")
+    _code, apps = call(standin, "GET", "/apis/apps/v1")
     assert {"daemonsets", "deployments"} <= {r["name"] for r in apps["resources"]}
     code, missing = call(standin, "GET", "/apis/nope.example.com/v1")
     assert code == 404 and missing["reason"] == "NotFound"
@@ -155,15 +155,15 @@ def test_merge_and_json_patch_on_node(seeded):
 
 
 def test_resource_version_no_op_conflict_and_dry_run(seeded):
-    _, node = call(seeded, "GET", "/api/v1/nodes/gpu-node-1")
+    _code, node = call(seeded, "GET", "/api/v1/nodes/gpu-node-1")
     rv = node["metadata"]["resourceVersion"]
-    _, same = call(seeded, "PATCH", "/api/v1/nodes/gpu-node-1", {"metadata": {"labels": {"team": "ml"}}},
-                   "application/strategic-merge-patch+json")
+    _code, same = call(seeded, "PATCH", "/api/v1/nodes/gpu-node-1", {"metadata": {"labels": {"team": "ml"}}},
+                       "application/strategic-merge-patch+json")
     assert same["metadata"]["resourceVersion"] == rv  # a no-op write does not bump it
-    _, dry = call(seeded, "PATCH", "/api/v1/nodes/gpu-node-1?dryRun=All", {"metadata": {"labels": {"x": "y"}}},
-                  "application/strategic-merge-patch+json")
+    _code, dry = call(seeded, "PATCH", "/api/v1/nodes/gpu-node-1?dryRun=All",
+                      {"metadata": {"labels": {"x": "y"}}}, "application/strategic-merge-patch+json")
     assert dry["metadata"]["labels"]["x"] == "y"
-    _, after = call(seeded, "GET", "/api/v1/nodes/gpu-node-1")
+    _code, after = call(seeded, "GET", "/api/v1/nodes/gpu-node-1")
     assert "x" not in after["metadata"]["labels"] and after["metadata"]["resourceVersion"] == rv
     code, body = call(seeded, "PATCH", "/api/v1/nodes/gpu-node-1",
                       {"metadata": {"resourceVersion": "1", "labels": {"x": "y"}}},
@@ -268,8 +268,8 @@ def test_delete_with_finalizers_and_collection(seeded):
     assert call(seeded, "POST", "/api/v1/namespaces/default/configmaps", cm)[0] == 201
     code, body = call(seeded, "DELETE", "/api/v1/namespaces/default/configmaps/held")
     assert code == 202 and body["metadata"]["deletionTimestamp"]
-    code, _ = call(seeded, "PATCH", "/api/v1/namespaces/default/configmaps/held",
-                   {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+    code, _body = call(seeded, "PATCH", "/api/v1/namespaces/default/configmaps/held",
+                       {"metadata": {"finalizers": None}}, "application/merge-patch+json")
     assert code == 200
     # the finalizer is gone, the deletion is pending: a plain delete removes it now
     code, body = call(seeded, "DELETE", "/api/v1/namespaces/default/configmaps/held")
@@ -285,8 +285,8 @@ def test_delete_with_finalizers_and_collection(seeded):
 def test_custom_resources_are_stored_as_is(standin):
     rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
             "metadata": {"name": "gpu", "namespace": "default"},
-            "spec": {"groups": [{"name": "gpu", "rules": [{"alert": "GpuXid", "expr": "x > 0",
-                                                            "anything": {"nested": [1, 2]}}]}]}}
+            "spec": {"groups": [{"name": "gpu", "rules": [
+                {"alert": "GpuXid", "expr": "x > 0", "anything": {"nested": [1, 2]}}]}]}}
     path = "/apis/monitoring.coreos.com/v1/namespaces/default/prometheusrules"
     code, created = call(standin, "POST", path, rule)
     assert code == 201 and created["spec"] == rule["spec"] and created["metadata"]["generation"] == 1
@@ -295,7 +295,7 @@ def test_custom_resources_are_stored_as_is(standin):
     assert code == 415 and body["reason"] == "UnsupportedMediaType"
     code, patched = call(standin, "PATCH", path + "/gpu", {"spec": {"groups": []}}, "application/merge-patch+json")
     assert code == 200 and patched["spec"] == {"groups": []} and patched["metadata"]["generation"] == 2
-    _, listing = call(standin, "GET", "/apis/monitoring.coreos.com/v1/prometheusrules")
+    _code, listing = call(standin, "GET", "/apis/monitoring.coreos.com/v1/prometheusrules")
     assert listing["kind"] == "PrometheusRuleList" and listing["items"][0]["kind"] == "PrometheusRule"
 
 
@@ -306,7 +306,7 @@ def test_a_new_crd_adds_its_api_and_deleting_it_removes_objects(standin):
                     "names": {"plural": "gpupolicies", "singular": "gpupolicy", "kind": "GpuPolicy"},
                     "versions": [{"name": "v1alpha1", "served": True, "storage": True}]}}
     assert call(standin, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)[0] == 201
-    _, resources = call(standin, "GET", "/apis/fleet.example.com/v1alpha1")
+    _code, resources = call(standin, "GET", "/apis/fleet.example.com/v1alpha1")
     assert resources["resources"][0]["kind"] == "GpuPolicy"
     obj = {"apiVersion": "fleet.example.com/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "p"},
            "spec": {"anything": True}}
@@ -364,8 +364,8 @@ def test_state_survives_a_restart(standin_factory, tmp_path):
     code, node = call(second, "GET", "/api/v1/nodes/gpu-node-1")
     assert code == 200 and node["metadata"]["labels"]["kept"] == "yes"
     assert node["metadata"]["resourceVersion"] == rv
-    _, created = call(second, "POST", "/api/v1/namespaces/default/configmaps",
-                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after"}})
+    _code, created = call(second, "POST", "/api/v1/namespaces/default/configmaps",
+                          {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after"}})
     assert int(created["metadata"]["resourceVersion"]) > int(rv)
 
 
@@ -375,7 +375,7 @@ def test_cli_daemon_start_and_stop(tmp_path):
     state = tmp_path / "cli"
     out = subprocess.run([sys.executable, SERVER_PY, "--daemon", "--port", "0", "--state-dir", str(state),
                           "--seed", str(seed), "--kubeconfig-out", str(tmp_path / "kc"),
-                          "--pidfile", str(tmp_path / "pid")], capture_output=True, text=True, timeout=60)
+                          "--pidfile", str(tmp_path / "pid")], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     pid = int((tmp_path / "pid").read_text())
@@ -387,7 +387,7 @@ def test_cli_daemon_start_and_stop(tmp_path):
         assert [n.metadata.name for n in nodes.items] == ["n1"]
     finally:
         stop = subprocess.run([sys.executable, SERVER_PY, "stop", "--pidfile", str(tmp_path / "pid")],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, check=False)
     assert json.loads(stop.stdout)["stopped"] is True
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -401,6 +401,6 @@ def test_cli_refuses_an_invalid_seed(tmp_path):
     seed = tmp_path / "seed.yaml"
     seed.write_text("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {model: 'NVIDIA H100'}\n")
     out = subprocess.run([sys.executable, SERVER_PY, "--daemon", "--state-dir", str(tmp_path / "s"),
-                          "--seed", str(seed)], capture_output=True, text=True, timeout=60)
+                          "--seed", str(seed)], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1 and "did not start" in out.stderr
     assert 'seed object rejected: Node "n1" is invalid: metadata.labels' in (tmp_path / "s" / "server.log").read_text()
