@@ -13,7 +13,7 @@ module: nvidia_driver_info
 short_description: Report the NVIDIA kernel driver's state on a node
 version_added: 0.1.0
 author:
-  - gpu_native.fleet maintainers
+  - gpu_native.fleet contributors (@gpu-native)
 description:
   - Reads what a driver change depends on and what proves it worked, without changing anything.
   - NVIDIA GPUs and NVSwitches from sysfs (PCI class 0302/0300 and 0680, vendor 10de).
