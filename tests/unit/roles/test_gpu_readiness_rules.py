@@ -28,7 +28,6 @@ def recorded():
     return re.sub(r"\{now-(\d+)\}", lambda m: str(NOW - int(m.group(1))), text)
 
 
-
 # alert -> (label names identifying a firing series, expected identities)
 EXPECTED = {
     "GpuNativeNodeGpuNotReady": (("node",), {("node-b",)}),
@@ -129,5 +128,5 @@ def test_promtool_check_and_test_rules(tmp_path):
                            check=False)
     assert check.returncode == 0, check.stdout + check.stderr
     test = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True,
-                           check=False)
+                          check=False)
     assert test.returncode == 0, test.stdout + test.stderr
