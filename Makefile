@@ -68,7 +68,7 @@ molecule: venv image collection-link ## every Molecule scenario, or SCENARIO=nam
 
 build: venv ## build the collection tarball into .cache/dist (from the files git would commit)
 	@rm -rf $(CACHE)/build-src && mkdir -p $(CACHE)/build-src $(CACHE)/dist
-	@git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ $(CACHE)/build-src/
+	@tests/tools/checkout-files | rsync -a --from0 --files-from=- ./ $(CACHE)/build-src/
 	$(BIN)/ansible-galaxy collection build --force --output-path $(abspath $(CACHE)/dist) $(CACHE)/build-src
 
 clean: ## remove caches and test output (keeps .venv and the image)

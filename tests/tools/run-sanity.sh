@@ -26,6 +26,6 @@ trap 'rm -rf "$work"' EXIT
 dest="$work/ansible_collections/gpu_native/fleet"
 mkdir -p "$dest"
 # Tracked and untracked-but-not-ignored files: what a clean clone would hold.
-git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ "$dest/"
+tests/tools/checkout-files | rsync -a --from0 --files-from=- ./ "$dest/"
 cd "$dest"
 "$venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
