@@ -44,8 +44,8 @@ def ansible(module, args=None):
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, check=False)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit("%s failed (rc=%d):\n%s%s" % (module, proc.returncode, proc.stdout.decode()[-2000:],
-                                                      proc.stderr.decode()[-2000:]))
+        output = proc.stdout.decode()[-2000:] + proc.stderr.decode()[-2000:]
+        raise SystemExit("%s failed (rc=%d):\n%s" % (module, proc.returncode, output))
     return elapsed
 
 
@@ -54,7 +54,7 @@ def in_process(matrix, runs):
     from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
     from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_matrix import judge_profile, validate_matrix
     times = []
-    for _ in range(runs):
+    for dummy in range(runs):
         start = time.perf_counter()
         validated = validate_matrix(matrix)
         judge_profile(validated, "h100-serving", NodeFacts())
@@ -72,7 +72,7 @@ def main():
     args = json.dumps({"matrix": matrix, "profile": "h100-serving", "fail_on_drift": False})
     ansible("ansible.builtin.ping")  # warm caches once
     ping, spec = [], []
-    for _ in range(options.runs):
+    for dummy in range(options.runs):
         ping.append(ansible("ansible.builtin.ping"))
         spec.append(ansible("gpu_native.fleet.spec_matrix", args))
     ping_median, spec_median = statistics.median(ping), statistics.median(spec)

@@ -48,7 +48,8 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import (
 ])
 def test_compare_versions(left, right, expected):
     assert compare_versions(left, right) == expected
-    assert compare_versions(right, left) == -expected
+    swapped_left, swapped_right = right, left
+    assert compare_versions(swapped_left, swapped_right) == -expected
 
 
 def test_version_parts_and_operators():
@@ -114,7 +115,7 @@ class TestConstraintForms:
     def test_comparisons(self):
         constraint = parse_constraint(">=5.15.0-100, <5.16")
         assert constraint.kind == "comparisons"
-        assert [op for op, _ in constraint.comparisons] == [">=", "<"]
+        assert [pair[0] for pair in constraint.comparisons] == [">=", "<"]
         assert constraint.matches("5.15.0-105-generic")
         assert not constraint.matches("5.15.0-99-generic")
         assert not constraint.matches("5.16.0-1-generic")
