@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Prepare this Debian machine to run the test suites (idempotent, needs root):
-# Debian packages for podman test hosts, and the podman configuration that
+# Debian packages for podman test hosts (plus shellcheck for sanity and
+# promtool for the alert-rule tests), and the podman configuration that
 # works on hosts with hybrid cgroups (runc + cgroupfs) and tight rlimits.
 set -euo pipefail
 
-packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck)
+packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,7 +14,11 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then echo "need root to install packages" >&2; exit 1; fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # We want only promtool from the prometheus package, not a running server.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
 fi
 
 conf=/etc/containers/containers.conf
