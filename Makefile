@@ -1,6 +1,6 @@
 # gpu_native.fleet developer entry points.  `make test` does everything on a
 # fresh Debian machine (as root): host packages, podman config, .venv, the
-# test-host image, then unit, sanity, lint and Molecule suites.
+# test-host image, then build, unit, integration, sanity, lint and Molecule.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -17,14 +17,15 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup host venv image collection-link unit sanity lint molecule clean build timings
+.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-test: setup ## everything: setup, build check, unit, sanity, lint, molecule (prints each suite's wall time)
+test: setup ## everything: setup, build check, unit, integration, sanity, lint, molecule (prints each suite's wall time)
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
+	@tests/tools/timed integration $(MAKE) --no-print-directory integration
 	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
 	@tests/tools/timed lint $(MAKE) --no-print-directory lint
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
@@ -56,6 +57,9 @@ collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 
 unit: venv collection-link ## pytest tests/unit
 	$(BIN)/pytest -q tests/unit
+
+integration: venv collection-link ## pytest tests/integration (roles run by ansible-playbook against the stand-ins)
+	$(BIN)/pytest -q tests/integration
 
 sanity: venv ## ansible-test sanity in a copy placed under ansible_collections/
 	@tests/tools/run-sanity.sh
