@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Benchmark: validate every config of a 1,000-layout mig-parted document.
 
@@ -65,7 +64,7 @@ def build_document(count, seed=20261130):
 
 def timed(function, repeat):
     best = None
-    for _ in range(repeat):
+    for _attempt in range(repeat):
         start = time.perf_counter()
         result = function()
         elapsed = time.perf_counter() - start
@@ -74,7 +73,7 @@ def timed(function, repeat):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--configs", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
@@ -82,12 +81,12 @@ def main():
     gpus, errors = mig_parted.resolve_gpus([{"index": i, "device_id": "0x233010DE"} for i in range(8)])
     assert not errors
 
-    baseline, _ = timed(lambda: json.loads(json.dumps(document)), args.repeat)
+    baseline, _round_trip = timed(lambda: json.loads(json.dumps(document)), args.repeat)
     validate, result = timed(
         lambda: mig_parted.evaluate(document, gpus, cache=mig_parted.PlacementCache(GEOMETRY)), args.repeat)
     valid = sum(1 for c in result["configs"].values() if c["valid"])
-    print("configs validated:        %d (%d valid, %d invalid), 8 GPUs" % (len(result["configs"]), valid,
-                                                                             len(result["configs"]) - valid))
+    total = len(result["configs"])
+    print("configs validated:        %d (%d valid, %d invalid), 8 GPUs" % (total, valid, total - valid))
     print("baseline (JSON round trip of the document): %.4f s" % baseline)
     print("validate every config:                      %.4f s" % validate)
     print("ratio validate / baseline:                  %.1f" % (validate / baseline))

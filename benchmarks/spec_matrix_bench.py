@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """How much does gpu_native.fleet.spec_matrix cost per node, relative to `ansible -m ping`?
 

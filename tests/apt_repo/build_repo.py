@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Build a local, signed apt repository of STAND-IN NVIDIA Container Toolkit packages.
 
@@ -27,7 +26,7 @@ temporary GNUPGHOME, never written into the checkout).  Output, under --out
     stable/deb/<arch>/               the repository: *.deb, Packages(.gz), Release, Release.gpg, InRelease
     tampered/deb/<arch>/             a copy whose InRelease text was altered after signing
 
-Usage: tests/apt_repo/build_repo.py [--out DIR] [--versions 1.17.8-1,1.18.0-1]
+Usage: python3 tests/apt_repo/build_repo.py [--out DIR] [--versions 1.17.8-1,1.18.0-1]
 Needs dpkg-deb and gpg.  Prints the output directory.
 """
 

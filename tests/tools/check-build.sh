@@ -5,7 +5,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 make --no-print-directory build >/dev/null
-tarball="$(ls -t .cache/dist/gpu_native-fleet-*.tar.gz | head -n1)"
+version="$(awk '/^version:/{print $2}' galaxy.yml)"
+tarball=".cache/dist/gpu_native-fleet-${version}.tar.gz"
 listing="$(tar tzf "$tarball")"
 
 must_have=(MANIFEST.json FILES.json README.md LICENSE meta/runtime.yml)

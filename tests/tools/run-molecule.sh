@@ -4,7 +4,7 @@
 # passed, and a table of wall times is printed at the end.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$repo"
+cd "$repo" || exit 1
 export PATH="$repo/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$repo/.cache/collections"
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=true
