@@ -8,6 +8,8 @@ not sit under an ``ansible_collections/<ns>/<name>`` tree.  We link it into
 import os
 import sys
 
+import pytest
+
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures")
 
@@ -33,3 +35,17 @@ def _link_collection():
 
 
 _link_collection()
+
+
+@pytest.fixture(autouse=True)
+def _modules_run_as_on_a_managed_node(request, monkeypatch):
+    """Module tests see module behaviour, whatever ran before them.
+
+    Importing controller code (filter plugins, ansible-playbook helpers) flips
+    ansible-core's process-wide ``is_controller`` flag, after which
+    ``AnsibleModule.warn`` prints through Display instead of returning the
+    warning in the result.  A module always runs on a managed node.
+    """
+    if os.sep + os.path.join("plugins", "modules") + os.sep in str(request.node.path):
+        from ansible.module_utils import _internal
+        monkeypatch.setattr(_internal, "is_controller", False)
