@@ -260,6 +260,8 @@ def main():
     arch = dpkg_arch()
     out = os.path.abspath(options.out)
     # Build next to the target, then swap, so a reader never sees half a repository.
+    # A fresh clone has no .cache/apt_repo yet.
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".apt_repo.", dir=os.path.dirname(out) or ".")
     home = tempfile.mkdtemp(prefix="gpu-native-apt-gnupg.")
     try:
