@@ -15,6 +15,13 @@ run_ansible_playbook = _MODULE.run_ansible_playbook
 REPO_ROOT = _MODULE.REPO_ROOT
 
 
+def start_k8s_standin(tmp_path, seed):
+    """Start the Kubernetes API stand-in with `seed` objects; return it and its kubeconfig's path."""
+    (tmp_path / "k8s").mkdir()
+    server = k8s_standin_server.KubeStandin(state_dir=str(tmp_path / "k8s"), seed=seed).start()
+    return server, server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+
+
 class NotFound(Exception):
     pass
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
-from standin_helpers import NotFound, api_get, k8s_standin_server, run_ansible_playbook  # noqa: E402
+from standin_helpers import NotFound, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "labels": {"team": "ml"}}}
 
@@ -23,9 +23,7 @@ PLAY = """
 
 @pytest.fixture
 def api(tmp_path):
-    (tmp_path / "k8s").mkdir()
-    server = k8s_standin_server.KubeStandin(state_dir=str(tmp_path / "k8s"), seed=[NODE]).start()
-    server.kubeconfig = server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    server, server.kubeconfig = start_k8s_standin(tmp_path, [NODE])
     yield server
     server.stop()
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from standin_helpers import REPO_ROOT, api_get, k8s_standin_server, run_ansible_playbook  # noqa: E402
+from standin_helpers import REPO_ROOT, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
 
 STANDIN = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
 CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
@@ -32,9 +32,7 @@ PLAY = """
 
 @pytest.fixture
 def node(tmp_path):
-    (tmp_path / "k8s").mkdir()
-    server = k8s_standin_server.KubeStandin(state_dir=str(tmp_path / "k8s"), seed=[NODE]).start()
-    kubeconfig = server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    server, kubeconfig = start_k8s_standin(tmp_path, [NODE])
     state = tmp_path / "smi" / "mig-state.json"
 
     class Node:
