@@ -23,7 +23,8 @@ PLAY = """
 
 @pytest.fixture
 def api(tmp_path):
-    server, server.kubeconfig = start_k8s_standin(tmp_path, [NODE])
+    server, kubeconfig = start_k8s_standin(tmp_path, [NODE])
+    server.kubeconfig = kubeconfig
     yield server
     server.stop()
 
