@@ -5,7 +5,7 @@
 # works on hosts with hybrid cgroups (runc + cgroupfs) and tight rlimits.
 set -euo pipefail
 
-packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck prometheus)
+packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck prometheus gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,160 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: cuda_smoke
+short_description: Run a real CUDA kernel on every GPU and MIG device of a node
+version_added: 0.2.0
+author:
+  - gpu_native.fleet contributors (@gpu-native)
+description:
+  - The CUDA gate of the preflight. With no nvcc and no container, Python's C(ctypes) loads C(libcuda.so.1),
+    JIT-loads a small PTX kernel (a fused multiply-add over 4 MiB of float32), launches it, copies the result
+    back and checks every element.
+  - It tests every GPU that C(nvidia-smi -L) lists, and every MIG device instead of its parent when MIG is on.
+    Each device runs in its own child process with E(CUDA_VISIBLE_DEVICES) set to its UUID, so a driver crash
+    or hang costs that child only; the module reports it and goes on.
+  - A failure names the CUDA call and C(cuGetErrorName)'s text (C(cuModuleLoadData failed:
+    CUDA_ERROR_INVALID_PTX (218))).
+  - Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?).
+  - The kernel only computes; the module changes nothing and runs in check mode too.
+options:
+  nvidia_smi:
+    description: Name or absolute path of C(nvidia-smi), used to list the GPUs and MIG devices (C(-L)).
+    type: str
+    default: nvidia-smi
+  command_timeout:
+    description: Seconds C(nvidia-smi -L) may take (default 30).
+    type: float
+  library:
+    description: The CUDA driver library to load.
+    type: str
+    default: libcuda.so.1
+  devices:
+    description:
+      - UUIDs (C(GPU-...) or C(MIG-...)) to test. Empty means every device C(nvidia-smi -L) lists; when
+        C(nvidia-smi) cannot list them, every device CUDA enumerates.
+    type: list
+    elements: str
+    default: []
+  device_timeout:
+    description: Seconds one device may take (context creation, JIT, launch, copy) before it is judged failed.
+    type: int
+    default: 120
+  fail_on_failure:
+    description: Fail the task when a device failed. With V(false) the verdict is only returned.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Run a kernel on every GPU (and every MIG device)
+  gpu_native.fleet.cuda_smoke:
+
+- name: Report without failing, for the preflight verdict
+  gpu_native.fleet.cuda_smoke:
+    fail_on_failure: false
+  register: cuda
+"""
+
+RETURN = r"""
+passed:
+  description: Whether at least one device was tested and every device passed.
+  returned: always
+  type: bool
+devices:
+  description: One entry per device tested.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"index": "0", "uuid": "GPU-5b1b...", "name": "NVIDIA H200", "passed": true, "error": null,
+            "error_name": null, "duration_ms": 412}]
+reasons:
+  description: One line per failed device, or why nothing could be tested.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils import cuda_smoke
+from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools, NodeToolsError
+
+
+def _targets(module, tools, notes):
+    if module.params["devices"]:
+        return [{"index": str(i), "name": None, "uuid": uuid} for i, uuid in enumerate(module.params["devices"])]
+    listing = tools.run("nvidia-smi", ["-L"], capture_key="nvidia_smi_l")
+    if listing.ok:
+        targets = cuda_smoke.parse_nvidia_smi_l(listing.stdout)
+        if targets:
+            return targets
+        notes.append("nvidia-smi -L listed no GPU; testing the devices CUDA enumerates.")
+    else:
+        notes.append("%s Testing the devices CUDA enumerates." % listing.message)
+    counted = cuda_smoke.smoke_device(library=module.params["library"], timeout=module.params["device_timeout"],
+                                      action="count")
+    if not counted.get("passed"):
+        return counted
+    return [{"index": str(i), "name": None, "uuid": str(i)} for i in range(counted["count"])]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            library=dict(type="str", default=cuda_smoke.LIBRARY),
+            devices=dict(type="list", elements="str", default=[]),
+            device_timeout=dict(type="int", default=120),
+            fail_on_failure=dict(type="bool", default=True),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+            command_timeout=dict(type="float"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not 0 < params["device_timeout"] <= 3600:
+        module.fail_json(msg="device_timeout is %d. Fix: pass seconds between 1 and 3600." % params["device_timeout"])
+    try:
+        tools = NodeTools(paths={"nvidia-smi": params["nvidia_smi"]}, timeout=params["command_timeout"])
+    except NodeToolsError as exc:
+        module.fail_json(msg=str(exc))
+    try:
+        cuda_smoke.check_library(params["library"])
+    except cuda_smoke.LibraryMissing as exc:
+        module.fail_json(msg=str(exc), passed=False, devices=[], reasons=[str(exc)])
+    notes = []
+    targets = _targets(module, tools, notes)
+    devices = []
+    reasons = []
+    if isinstance(targets, dict):
+        reasons.append("no CUDA device could be enumerated: %s" % targets.get("error"))
+        targets = []
+    for target in targets:
+        result = cuda_smoke.smoke_device(target["uuid"], params["library"], params["device_timeout"])
+        entry = {"index": target["index"], "uuid": target["uuid"], "name": result.get("name") or target["name"],
+                 "passed": bool(result.get("passed")), "error": result.get("error"),
+                 "error_name": result.get("error_name"), "duration_ms": result.get("duration_ms")}
+        devices.append(entry)
+        if not entry["passed"]:
+            reasons.append("device %s (%s): %s" % (entry["index"], entry["uuid"], entry["error"]))
+    if not devices and not reasons:
+        reasons.append("no device to test: nvidia-smi -L and CUDA found none")
+    passed = bool(devices) and not reasons
+    for note in notes:
+        module.warn(note)
+    result = dict(changed=False, passed=passed, devices=devices, reasons=reasons)
+    if not passed and params["fail_on_failure"]:
+        module.fail_json(msg="CUDA smoke test failed: %s" % "; ".join(reasons[:3]), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
