@@ -1,0 +1,76 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Preflight filters: the verdict, the kubernetes gate and the fleet summary (logic in module_utils/preflight.py)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils import preflight
+
+
+def _plain(value):
+    """Ansible's lazy containers and tagged strings as plain Python data."""
+    if isinstance(value, dict):
+        return dict((str(key), _plain(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def preflight_verdict(results, required=None, node="", timestamp=None):
+    """Gate results -> verdict with ``annotation`` and ``metrics`` (textfile content)."""
+    if not isinstance(results, list):
+        raise AnsibleFilterError("preflight_verdict expects the list of gate results, got %s" % type(results).__name__)
+    try:
+        normalised = []
+        for index, result in enumerate(_plain(results)):
+            if not isinstance(result, dict):
+                raise preflight.PreflightError("results[%d] is not a mapping" % index)
+            normalised.append(preflight.gate_result(result.get("gate"), result.get("status"), result.get("reasons"),
+                                                    result.get("duration_s"), result.get("details")))
+        decision = preflight.verdict(normalised, tuple(_plain(required)) if required else preflight.GATES)
+    except preflight.PreflightError as exc:
+        raise AnsibleFilterError("preflight_verdict: %s" % exc)
+    decision["results"] = normalised
+    decision["annotation"] = preflight.annotation(decision)
+    decision["metrics"] = preflight.metrics(normalised, decision, node,
+                                            time.time() if timestamp is None else float(timestamp))
+    return decision
+
+
+def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=None):
+    """``{status, reasons, details}`` of the kubernetes gate."""
+    expected = _plain(expected_resources or {})
+    if not isinstance(expected, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                 for v in expected.values()):
+        raise AnsibleFilterError("preflight_kubernetes_gate: expected_resources must map resource names to counts, "
+                                 "got %r" % (expected,))
+    status, reasons, details = preflight.kubernetes_gate(_plain(node), _plain(pods or []), expected,
+                                                         _plain(facts or {}))
+    return {"status": status, "reasons": reasons, "details": details}
+
+
+def preflight_summary(rows):
+    """A fixed-width table of ``[{node, gates, verdict, reasons}]``."""
+    if not isinstance(rows, list):
+        raise AnsibleFilterError("preflight_summary expects a list of rows, got %s" % type(rows).__name__)
+    return preflight.summary_table(_plain(rows))
+
+
+class FilterModule(object):
+    """gpu_native.fleet preflight filters."""
+
+    def filters(self):
+        return {
+            "preflight_verdict": preflight_verdict,
+            "preflight_kubernetes_gate": preflight_kubernetes_gate,
+            "preflight_summary": preflight_summary,
+        }
