@@ -1,0 +1,240 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""preflight role on localhost: nvidia-smi, dcgmi and libcuda stand-ins, the Kubernetes API stand-in.
+
+Each fault ends with the node cordoned and not labelled passed; a healthy node joins.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from standin_helpers import REPO_ROOT, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
+
+STANDINS = os.path.join(REPO_ROOT, "tests", "standins")
+CAPTURES = os.path.join(STANDINS, "captures")
+DCGM_PASS = ('{"DCGM Diagnostic": {"version": "4.2.3", "test_categories": [{"category": "Deployment", "tests": '
+             '[{"name": "software", "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Pass"}]}]}]}}')
+DCGM_FAIL = ('{"DCGM Diagnostic": {"version": "4.2.3", "test_categories": [{"category": "Hardware", "tests": '
+             '[{"name": "memory", "results": [{"entity_group": "GPU", "entity_id": 3, "status": "Fail", "warnings": '
+             '[{"warning": "GPU 3 has uncorrectable memory errors and row remappings are pending", "error_id": 94}]}]}]}]}}')
+GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8",
+       "nvidia.com/cuda.driver-version.full": "565.57.01"}
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  roles:
+    - role: gpu_native.fleet.preflight
+      vars: %s
+"""
+
+
+def node_object(unschedulable=False, annotations=None, labels=None, allocatable="8", taints=None):
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu-node-1", "labels": dict(GFD if labels is None else labels),
+                         "annotations": annotations or {}},
+            "spec": {"unschedulable": unschedulable, "taints": taints or []},
+            "status": {"allocatable": {"nvidia.com/gpu": allocatable, "cpu": "96"}}}
+
+
+PLUGIN_POD = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "nvidia-device-plugin-daemonset-x1", "namespace": "gpu-operator",
+                           "labels": {"app": "nvidia-device-plugin-daemonset"}},
+              "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "plugin", "image": "plugin:v0.17.1"}]},
+              "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+GPU_OPERATOR_NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
+
+
+@pytest.fixture(scope="module")
+def libcuda(tmp_path_factory):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.fail("a C compiler is needed to build the libcuda stand-in (tests/tools/setup-host.sh installs gcc)")
+    out = str(tmp_path_factory.mktemp("libcuda") / "libcuda.so.1")
+    subprocess.check_call([compiler, "-shared", "-fPIC", "-o", out, os.path.join(STANDINS, "fake_libcuda.c")])
+    return out
+
+
+def sysfs(tmp_path, capture):
+    with open(os.path.join(CAPTURES, capture, "capture.json")) as handle:
+        devices = json.load(handle)["pci_devices"]
+    root = tmp_path / "sysfs"
+    for bus_id, klass, vendor, device in devices:
+        folder = root / bus_id
+        folder.mkdir(parents=True)
+        (folder / "class").write_text(klass + "\n")
+        (folder / "vendor").write_text(vendor + "\n")
+        (folder / "device").write_text(device + "\n")
+    return str(root)
+
+
+PLAY_HOSTS = """
+- hosts: all:!localhost
+  gather_facts: false
+  environment: "{{ preflight_test_env }}"
+  roles:
+    - role: gpu_native.fleet.preflight
+"""
+
+
+def node_name(case):
+    return "gpu-%s" % case.replace("_", "-")
+
+
+def host_vars(tmp_path, libcuda, case, capture="h100x8-healthy", dcgm=DCGM_PASS, kernel_log="", env=None, **extra):
+    """Inventory variables of one simulated node (its own captures, stand-in settings and node name)."""
+    folder = tmp_path / case
+    folder.mkdir()
+    (folder / "dcgm.json").write_text(dcgm)
+    (folder / "kern.log").write_text(kernel_log)
+    test_env = {"NVIDIA_SMI_STANDIN_CAPTURE": os.path.join(CAPTURES, capture),
+                "DCGMI_STANDIN_OUTPUT": str(folder / "dcgm.json")}
+    test_env.update(env or {})
+    values = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "preflight_test_env": test_env,
+        "preflight_node_name": node_name(case),
+        "preflight_spec_matrix": {"version": 1, "profiles": {"p": {"sysctl": {"kernel.pid_max": ">=1"}}}},
+        "preflight_nvidia_smi": os.path.join(STANDINS, "nvidia-smi"),
+        "preflight_lspci": str(folder / "no-lspci"),
+        "preflight_pci_sysfs_root": sysfs(folder, capture),
+        "preflight_kernel_log": str(folder / "kern.log"),
+        "preflight_dcgmi": os.path.join(STANDINS, "dcgmi"),
+        "preflight_cuda_library": libcuda,
+        "preflight_skip_gates": ["serving"],
+        "preflight_skip_reasons": {"serving": "no LLM server in this test"},
+        "preflight_metrics_dir": str(folder / "textfile"),
+    }
+    values.update(extra)
+    return values
+
+
+def node_for(case, node):
+    node = json.loads(json.dumps(node))
+    node["metadata"]["name"] = node_name(case)
+    return node
+
+
+def pod_for(case):
+    pod = json.loads(json.dumps(PLUGIN_POD))
+    pod["metadata"]["name"] = "nvidia-device-plugin-" + node_name(case)
+    pod["spec"]["nodeName"] = node_name(case)
+    return pod
+
+
+def run_fleet(tmp_path, libcuda, cases, check=False):
+    """One ansible-playbook run over several simulated nodes; returns (result, server, folder of each case)."""
+    seed = [GPU_OPERATOR_NS]
+    inventory = {"all": {"hosts": {}}}
+    for case, spec in cases.items():
+        spec = dict(spec)
+        node = spec.pop("node", None) or node_object()
+        pods = spec.pop("pods", (PLUGIN_POD,))
+        seed.append(node_for(case, node))
+        seed.extend(pod_for(case) for _pod in pods)
+        inventory["all"]["hosts"][case] = host_vars(tmp_path, libcuda, case, **spec)
+    server, kubeconfig = start_k8s_standin(tmp_path, seed)
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(PLAY_HOSTS)
+    args = ["-i", str(tmp_path / "inventory.json"), "--forks", "4"] + (["--check"] if check else [])
+    result = run_ansible_playbook(str(tmp_path / "play.yml"), kubeconfig, args)
+    return result, server
+
+
+class Fleet(object):
+    def __init__(self, result, server, folder):
+        self.result, self.server, self.folder = result, server, folder
+
+    def node(self, case):
+        return api_get(self.server, "/api/v1/nodes/" + node_name(case))
+
+    def metrics(self, case):
+        return (self.folder / case / "textfile" / "gpu_native_preflight.prom").read_text()
+
+
+FAULTS = [
+    ("err_gpu", dict(capture="a40x8-gpu4-err", node=node_object(labels=dict(GFD, **{
+        "nvidia.com/gpu.product": "NVIDIA-A40"}))), "hardware", "0000:83:00.0"),
+    ("xid79", dict(kernel_log="[ 1234.567] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"),
+     "hardware", "79"),
+    ("device_plugin_count", dict(node=node_object(allocatable="7")), "kubernetes",
+     "allocatable nvidia.com/gpu is 7, expected 8"),
+    ("missing_gfd_label", dict(node=node_object(labels={"nvidia.com/gpu.count": "8",
+                                                        "nvidia.com/cuda.driver-version.full": "565.57.01"})),
+     "kubernetes", "label nvidia.com/gpu.product is missing"),
+    ("plugin_pod_missing", dict(pods=()), "kubernetes", "no device plugin pod runs on the node"),
+    ("driver_drift", dict(preflight_spec_matrix={"version": 1, "profiles": {"p": {"driver": {"version": "550.127.08"}}}}),
+     "spec", "driver.version"),
+    ("dcgmi_failure", dict(dcgm=DCGM_FAIL), "hardware", "memory on GPU 3"),
+    ("dcgmi_hard_error", dict(env={"DCGMI_STANDIN_MODE": "no-hostengine"}), "hardware", "dcgmi exited with rc=255"),
+    ("cuda_failure", dict(env={"FAKE_CUDA_FAIL": "cuModuleLoadData=218"}), "cuda", "CUDA_ERROR_INVALID_PTX"),
+    ("libcuda_missing", dict(preflight_cuda_library="/nonexistent/libcuda.so.1"), "cuda",
+     "is the NVIDIA driver installed?"),
+]
+HEALTHY = dict(node=node_object(taints=[{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"},
+                                        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]))
+ADMIN_CORDONED = dict(node=node_object(unschedulable=True, annotations={"ops.example.com/reason": "RMA"}))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, libcuda):
+    folder = tmp_path_factory.mktemp("fleet")
+    cases = {"healthy": HEALTHY, "admin_cordoned": ADMIN_CORDONED}
+    cases.update((name, kwargs) for name, kwargs, _gate, _reason in FAULTS)
+    result, server = run_fleet(folder, libcuda, cases)
+    yield Fleet(result, server, folder)
+    server.stop()
+
+
+def test_a_failing_node_never_stops_the_others(fleet):
+    assert fleet.result.returncode == 0, fleet.result.stdout[-4000:]
+
+
+def test_healthy_node_passes_is_labelled_and_uncordoned(fleet):
+    node = fleet.node("healthy")
+    assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
+    assert not node["spec"].get("unschedulable")
+    assert [t["key"] for t in node["spec"]["taints"]] == ["nvidia.com/gpu"]
+    assert "gpu-native.io/cordoned-by" not in node["metadata"].get("annotations", {})
+    metrics = fleet.metrics("healthy")
+    assert 'gpu_native_preflight_passed{node="gpu-healthy"} 1' in metrics
+    assert 'gpu_native_preflight_gate_passed{node="gpu-healthy",gate="cuda"} 1' in metrics
+    assert 'gpu_native_preflight_gate_skipped{node="gpu-healthy",gate="serving"} 1' in metrics
+    assert "gpu-healthy: PASSED (spec=pass, hardware=pass, kubernetes=pass, cuda=pass, serving=skip)" in \
+        fleet.result.stdout
+
+
+@pytest.mark.parametrize("case,kwargs,gate,reason", FAULTS, ids=[fault[0] for fault in FAULTS])
+def test_fault_keeps_the_node_cordoned_with_the_reason(fleet, case, kwargs, gate, reason):
+    node = fleet.node(case)
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["labels"].get("gpu-native.io/preflight") == "failed"
+    annotation = node["metadata"]["annotations"]["gpu-native.io/preflight-reasons"]
+    assert annotation.startswith(gate + ":") or ("; %s:" % gate) in annotation, annotation
+    assert reason in annotation, annotation
+    assert 'gpu_native_preflight_passed{node="%s"} 0' % node_name(case) in fleet.metrics(case)
+
+
+def test_node_cordoned_by_an_admin_stays_cordoned(fleet):
+    node = fleet.node("admin_cordoned")
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
+    assert "gpu-admin-cordoned passed but stays cordoned: it was cordoned by someone outside gpu_native.fleet" in \
+        " ".join(fleet.result.stdout.split())
+
+
+def test_check_mode_runs_the_gates_and_changes_nothing(tmp_path, libcuda):
+    result, server = run_fleet(tmp_path, libcuda, {"failing": dict(dcgm=DCGM_FAIL)}, check=True)
+    try:
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert "gpu-failing: FAILED" in result.stdout and "memory on GPU 3" in result.stdout
+        node = api_get(server, "/api/v1/nodes/gpu-failing")
+        assert not node["spec"].get("unschedulable")
+        assert "gpu-native.io/preflight" not in node["metadata"]["labels"]
+        assert not (tmp_path / "failing" / "textfile" / "gpu_native_preflight.prom").exists()
+    finally:
+        server.stop()
