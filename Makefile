@@ -17,7 +17,7 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings
+.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -74,6 +74,12 @@ build: venv ## build the collection tarball into .cache/dist (from the files git
 	@rm -rf $(CACHE)/build-src && mkdir -p $(CACHE)/build-src $(CACHE)/dist
 	@tests/tools/checkout-files | rsync -a --from0 --files-from=- ./ $(CACHE)/build-src/
 	$(BIN)/ansible-galaxy collection build --force --output-path $(abspath $(CACHE)/dist) $(CACHE)/build-src
+
+demo: setup ## onboard a simulated GPU fleet (podman test hosts, GPUs replayed from real captures) and print the summary
+	@tests/tools/demo.sh
+
+demo-clean: ## remove the demo fleet
+	@tests/tools/demo.sh clean
 
 clean: ## remove caches and test output (keeps .venv and the image)
 	rm -rf $(CACHE) tests/output .pytest_cache

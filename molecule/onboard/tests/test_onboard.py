@@ -1,0 +1,69 @@
+"""Verify onboarding on the simulated fleet: only the healthy node joined; the others stay cordoned and say why."""
+testinfra_hosts = ["podman://gn-onboard-h100", "podman://gn-onboard-a40-err", "podman://gn-onboard-h100-drift"]
+
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+from kubernetes import client, config  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+STANDIN_DIR = os.path.join(REPO, ".cache", "k8s-standin", "onboard")
+NODE_OF = {"gn-onboard-h100": "gpu-h100-01", "gn-onboard-a40-err": "gpu-a40-07", "gn-onboard-h100-drift": "gpu-h100-02"}
+METRICS = "/var/lib/prometheus/node-exporter/gpu_native_preflight.prom"
+
+
+@pytest.fixture(scope="module")
+def core():
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=os.path.join(STANDIN_DIR, "kubeconfig"), client_configuration=configuration)
+    return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def node_of(host):
+    return NODE_OF[host.backend.get_hostname()]
+
+
+def test_healthy_node_joined(host, core):
+    if node_of(host) != "gpu-h100-01":
+        pytest.skip("the healthy node only")
+    node = core.read_node("gpu-h100-01")
+    assert not node.spec.unschedulable
+    assert node.metadata.labels["gpu-native.io/preflight"] == "passed"
+    assert [t.key for t in node.spec.taints or []] == []
+    assert "gpu-native.io/cordoned-by" not in (node.metadata.annotations or {})
+    assert 'gpu_native_preflight_passed{node="gpu-h100-01"} 1' in host.file(METRICS).content_string
+
+
+def test_err_gpu_node_stays_cordoned_and_names_the_gpu(host, core):
+    if node_of(host) != "gpu-a40-07":
+        pytest.skip("the ERR! node only")
+    node = core.read_node("gpu-a40-07")
+    assert node.spec.unschedulable is True
+    assert node.metadata.labels["gpu-native.io/preflight"] == "failed"
+    reasons = node.metadata.annotations["gpu-native.io/preflight-reasons"]
+    assert reasons.startswith("hardware: ") and "0000:83:00.0" in reasons
+    assert node.metadata.annotations["gpu-native.io/cordoned-by"] == "onboard"
+    assert [t.key for t in node.spec.taints] == ["gpu-native.io/unvalidated"]
+    metrics = host.file(METRICS).content_string
+    assert 'gpu_native_preflight_gate_passed{node="gpu-a40-07",gate="hardware"} 0' in metrics
+    assert 'gpu_native_preflight_gate_skipped{node="gpu-a40-07",gate="cuda"} 1' in metrics
+
+
+def test_drifted_node_fails_spec_and_stays_cordoned(host, core):
+    if node_of(host) != "gpu-h100-02":
+        pytest.skip("the drifted node only")
+    node = core.read_node("gpu-h100-02")
+    assert node.spec.unschedulable is True
+    assert node.metadata.labels["gpu-native.io/preflight"] == "failed"
+    reasons = node.metadata.annotations["gpu-native.io/preflight-reasons"]
+    assert reasons.startswith("spec: spec drift against profile h100-demo") and "550.127.08" in reasons
+    assert "hardware:" not in reasons
+
+
+def test_every_node_got_the_containerd_handler(host):
+    dump = host.check_output("containerd config dump")
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump
+
+
+def test_readiness_agent_timer_installed(host):
+    assert host.service("gpu-native-readiness.timer").is_enabled

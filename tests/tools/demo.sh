@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make demo`: onboard a simulated GPU fleet with gpu_native.fleet.onboard, on this machine, with no GPU.
+# `make demo-clean` (demo.sh clean) removes it.
+#
+# The fleet is the Molecule scenario molecule/onboard: Debian 12 podman test hosts (the image Molecule uses)
+# act as GPU nodes, and the Kubernetes API stand-in serves their Node objects. The GPUs are SIMULATED from
+# real captures: tests/standins/nvidia-smi replays nvidia-smi outputs captured on real nodes, and
+# tests/standins/dcgmi replays a DCGM diagnostic. The containerd handler, the readiness agent, the spec,
+# hardware and kubernetes gates and every Kubernetes change run for real; the CUDA and serving gates are
+# skipped, with that reason in the report, because no CUDA driver or model server exists without a GPU.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+export PATH="$repo/.venv/bin:$PATH"
+export ANSIBLE_COLLECTIONS_PATH="$repo/.cache/collections"
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=true
+export NO_COLOR=1 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+mkdir -p "$repo/.cache/apt-archives/partial" "$repo/.cache/demo"
+log="$repo/.cache/demo/onboard.log"
+
+if [[ ${1:-} == clean ]]; then
+  molecule cleanup -s onboard >/dev/null 2>&1 || true
+  molecule destroy -s onboard
+  echo "demo fleet removed"
+  exit 0
+fi
+
+cat <<'BANNER'
+== gpu_native.fleet demo: onboarding a simulated GPU fleet
+   3 GPU nodes as Debian 12 test hosts; their GPUs are SIMULATED from real nvidia-smi captures:
+     gpu-h100-01  8x H100 80GB HBM3, healthy
+     gpu-a40-07   8x A40, GPU 4 shows ERR! after Xid 119 (nvidia-smi still exits 0)
+     gpu-h100-02  8x H100, but its driver (565.57.01) drifts from the fleet standard (550.127.08)
+   The Kubernetes API is a stand-in; the nodes registered with the gpu-native.io/unvalidated taint.
+   Gates: spec, hardware (gpu_health + dcgmi), kubernetes run for real; cuda and serving are skipped
+   (no CUDA driver and no model server exist without a GPU), and the report says so.
+BANNER
+start=$(date +%s)
+molecule destroy -s onboard >/dev/null 2>&1 || true
+echo "== creating the test hosts and the Kubernetes stand-in (molecule create/prepare -s onboard)"
+molecule create -s onboard >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
+molecule prepare -s onboard >>"$log" 2>&1 || { tail -40 "$log"; exit 1; }
+echo "== ansible-playbook gpu_native.fleet.onboard (full log: $log)"
+if ! molecule converge -s onboard >>"$log" 2>&1; then
+  tail -60 "$log"
+  exit 1
+fi
+# The fleet summary is the last debug message of the run.
+awk '/TASK \[Print the fleet summary\]/ {show = 1} show && /^PLAY RECAP/ {exit} show' "$log" \
+  | sed -n '/msg:/,$p' | sed -e 's/^ *- //' -e '/^ *msg:/d' -e "s/^'//" -e "s/'$//"
+kubeconfig="$repo/.cache/k8s-standin/onboard/kubeconfig"
+echo "== the nodes in the Kubernetes API (stand-in)"
+python3 - "$kubeconfig" <<'PY'
+import json, sys, urllib.request
+import yaml
+config = yaml.safe_load(open(sys.argv[1]))
+server = config["clusters"][0]["cluster"]["server"]
+token = config["users"][0]["user"]["token"]
+request = urllib.request.Request(server + "/api/v1/nodes", headers={"Authorization": "Bearer " + token})
+for node in json.load(urllib.request.urlopen(request))["items"]:
+    meta = node["metadata"]
+    state = "cordoned" if node["spec"].get("unschedulable") else "schedulable"
+    print("%-12s %-11s preflight=%-6s %s" % (meta["name"], state, meta.get("labels", {}).get("gpu-native.io/preflight", "-"),
+                                           meta.get("annotations", {}).get("gpu-native.io/preflight-reasons", "")[:110]))
+PY
+echo "== done in $(( $(date +%s) - start ))s; the GPUs above were simulated from real captures."
+echo "   Look around: KUBECONFIG=$kubeconfig, podman exec -it gn-onboard-a40-err nvidia-smi"
+echo "   Remove it all: make demo-clean"
