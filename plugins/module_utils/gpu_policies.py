@@ -158,8 +158,8 @@ def render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules=()):
         "RUNTIME_CLASS_NAME": cel_string(runtime_class_name),
     }
     message_values = {"RUNTIME_CLASS_NAME": runtime_class_name}
-    variables = [{"name": item["name"], "expression": _substitute_expression(item["expression"].strip(),
-                                                                               expression_values)}
+    variables = [{"name": item["name"],
+                  "expression": _substitute_expression(item["expression"].strip(), expression_values)}
                  for item in cel_data.get("variables") or []]
     validations = []
     for rule in list(cel_data["rules"]) + list(extra_rules):

@@ -94,8 +94,8 @@ def test_the_role_data_is_not_changed_by_rendering():
     ({"gpu_resources": "nvidia.com/gpu"}, "gpu_policies_gpu_resources must be a list of strings"),
     ({"gpu_resources": ["gpu"]}, "gpu_policies_gpu_resources[0] ('gpu') is not an extended resource name"),
     ({"gpu_resources": ["nvidia.com/*gpu"]}, "gpu_policies_gpu_resources[0] ('nvidia.com/*gpu')"),
-    ({"gpu_resources": ["nvidia.com/gpu", "nvidia.com/gpu"]}, "gpu_policies_gpu_resources lists nvidia.com/gpu "
-                                                             "more than once"),
+    ({"gpu_resources": ["nvidia.com/gpu", "nvidia.com/gpu"]},
+     "gpu_policies_gpu_resources lists nvidia.com/gpu more than once"),
     ({"excluded_namespaces": ["Kube-System"]}, "gpu_policies_excluded_namespaces[0] ('Kube-System') is not a "
                                                "namespace name"),
     ({"excluded_namespaces": ["x"] * 300}, "gpu_policies_excluded_namespaces has 300 entries; at most 256"),
