@@ -1014,6 +1014,7 @@ class Api:
                 body["status"] = {"phase": "Active"}
             if rtype.kind == "Pod" and not rtype.custom:
                 body.setdefault("status", {}).setdefault("phase", "Pending")
+                admit_pod_create(self.store, rtype, body)  # ValidatingAdmissionPolicy, see "Admission"
             return self._finish_write(rtype, None, body, dry_run)
 
     def _merge_immutable(self, rtype, old, new, subresource):
@@ -1240,6 +1241,196 @@ class Api:
                                                                    status["currentHealthy"])}]})
             self.delete(pod_type, namespace, name, (body or {}).get("deleteOptions"), dry_run=dry_run)
             return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+# ---------------------------------------------------------------------------
+# Admission: ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1)
+#
+# Bound policies are enforced on Pod create, evaluated with a real CEL engine
+# (cel-expr-python, Google's CEL C++ runtime; imported only when a bound policy
+# matches, so the stand-in starts without it).  What is implemented is what
+# gpu_native.fleet's policies need: matchConstraints.resourceRules,
+# namespaceSelector and objectSelector (policy and binding), matchConditions,
+# variables, validations with message/messageExpression, failurePolicy, and
+# the binding's validationActions (Deny refuses with 422 like kube-apiserver;
+# Warn and Audit let the request through).  No paramKind/paramRef, no
+# auditAnnotations, no type checking against the OpenAPI schema (every
+# variable is dyn), and variables are evaluated eagerly (an error is reported
+# only where a validation uses that variable, as with lazy evaluation).
+# ---------------------------------------------------------------------------
+
+ADMISSION_TYPES = [
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                 "ValidatingAdmissionPolicy", False, [], ("status",), generation=True),
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+                 "ValidatingAdmissionPolicyBinding", False, [], (), generation=True),
+]
+BUILTIN_TYPES.extend(ADMISSION_TYPES)
+
+CEL_ACTIVATION_NAMES = ("object", "oldObject", "request", "namespaceObject", "params", "variables", "authorizer")
+_CEL_STATE = {}
+_CEL_LOCK = threading.Lock()
+
+
+class CelUnavailable(Exception):
+    pass
+
+
+def _cel_engine():
+    """(cel module, env), created on first use."""
+    with _CEL_LOCK:
+        if "env" not in _CEL_STATE:
+            try:
+                from cel_expr_python import cel  # pylint: disable=import-outside-toplevel
+                from cel_expr_python.ext import ext_strings  # pylint: disable=import-outside-toplevel
+            except ImportError as exc:
+                raise CelUnavailable("the cel-expr-python package is missing (%s); install requirements.txt" % exc)
+            _CEL_STATE["cel"] = cel
+            _CEL_STATE["env"] = cel.NewEnv(variables={name: cel.Type.DYN for name in CEL_ACTIVATION_NAMES},
+                                           extensions=[ext_strings.ExtStrings()])
+            _CEL_STATE["programs"] = {}
+        return _CEL_STATE["cel"], _CEL_STATE["env"]
+
+
+def cel_evaluate(expression, activation):
+    """Evaluate one CEL expression; return (value, None) or (None, error text)."""
+    cel, env = _cel_engine()
+    programs = _CEL_STATE["programs"]
+    try:
+        program = programs.get(expression)
+        if program is None:
+            program = env.compile(expression)
+            if len(programs) < 1024:
+                programs[expression] = program
+        result = program.eval(data=activation)
+    except Exception as exc:  # compile errors and engine faults: an error, as in the API server
+        return None, "compilation or evaluation failed: %s" % exc
+    if result.type() == cel.Type.ERROR:
+        return None, str(result.value())
+    return result.plain_value(), None
+
+
+def vap_evaluate(spec, obj, namespace_obj=None, request=None, old_obj=None):
+    """Evaluate a ValidatingAdmissionPolicy spec's CEL parts over `obj` as kube-apiserver does.
+
+    Returns (applies, failures): applies is False when a match condition is false (or errors under
+    failurePolicy Ignore); failures lists the messages of the failed validations, in order.
+    """
+    fail_closed = (spec.get("failurePolicy") or "Fail") == "Fail"
+    activation = {"object": obj, "oldObject": old_obj, "request": request or {}, "namespaceObject": namespace_obj,
+                  "params": None, "authorizer": None, "variables": {}}
+    condition_errors = []
+    for condition in spec.get("matchConditions") or []:
+        value, error = cel_evaluate(condition["expression"], activation)
+        if error is None and value is False:
+            return False, []
+        if error is not None or not isinstance(value, bool):
+            condition_errors.append("failed to evaluate matchCondition %s: %s"
+                                    % (condition.get("name"), error or "result is not a bool"))
+    if condition_errors:
+        return (True, condition_errors[:1]) if fail_closed else (False, [])
+    variables, variable_errors = {}, {}
+    for variable in spec.get("variables") or []:
+        activation["variables"] = variables
+        value, error = cel_evaluate(variable["expression"], activation)
+        if error is None:
+            variables[variable["name"]] = value
+        else:
+            variable_errors[variable["name"]] = error
+    activation["variables"] = variables
+    failures = []
+    for validation in spec.get("validations") or []:
+        expression = validation["expression"]
+        used = [name for name in variable_errors if re.search(r"\bvariables\.%s\b" % re.escape(name), expression)]
+        value, error = (None, "variable %s: %s" % (used[0], variable_errors[used[0]])) if used \
+            else cel_evaluate(expression, activation)
+        if error is None and value is True:
+            continue
+        if error is not None or not isinstance(value, bool):
+            if fail_closed:
+                failures.append("expression '%s' resulted in error: %s" % (expression, error or "not a bool"))
+            continue
+        message = None
+        if validation.get("messageExpression"):
+            text, text_error = cel_evaluate(validation["messageExpression"], activation)
+            if text_error is None and isinstance(text, str) and text.strip() and "\n" not in text:
+                message = text
+        if message is None:
+            message = validation.get("message") or "failed expression: %s" % expression
+        failures.append(message)
+    return True, failures
+
+
+def _vap_rule_matches(rules, group, version, resource, operation):
+    for rule in rules or []:
+        if not any(item in ("*", group) for item in rule.get("apiGroups") or []):
+            continue
+        if not any(item in ("*", version) for item in rule.get("apiVersions") or []):
+            continue
+        if not any(item in ("*", operation) for item in rule.get("operations") or []):
+            continue
+        if any(item in ("*", resource, resource + "/*") for item in rule.get("resources") or []):
+            return True
+    return False
+
+
+def _selector_matches(selector, labels):
+    return selector is None or match_label_selector_object(selector, labels)
+
+
+def _match_resources(match, namespace_labels, object_labels, resource, operation, need_rules):
+    match = match or {}
+    if need_rules or match.get("resourceRules"):
+        if not _vap_rule_matches(match.get("resourceRules"), "", "v1", resource, operation):
+            return False
+    if _vap_rule_matches(match.get("excludeResourceRules"), "", "v1", resource, operation):
+        return False
+    return (_selector_matches(match.get("namespaceSelector"), namespace_labels)
+            and _selector_matches(match.get("objectSelector"), object_labels))
+
+
+def admit_pod_create(store, rtype, pod):
+    """Run the bound ValidatingAdmissionPolicies on a Pod create; raise 422 like kube-apiserver on Deny."""
+    if rtype.custom or validate_object(rtype, normalise_typed(rtype, copy.deepcopy(pod))):
+        return  # validation errors come first, as on the real server (validating admission runs after)
+    policy_type, binding_type = ADMISSION_TYPES
+    bindings = sorted((obj for key, obj in store.objects.items()
+                       if key[0] == binding_type.group and key[1] == binding_type.plural),
+                      key=lambda obj: obj["metadata"]["name"])
+    if not bindings:
+        return
+    namespace = pod["metadata"].get("namespace", "")
+    namespace_obj = copy.deepcopy(store.objects.get(("", "namespaces", "", namespace)) or {})
+    namespace_labels = dict(namespace_obj.get("metadata", {}).get("labels") or {})
+    namespace_labels["kubernetes.io/metadata.name"] = namespace  # the API server always sets this label
+    object_labels = pod["metadata"].get("labels") or {}
+    request = {"operation": "CREATE", "namespace": namespace, "name": pod["metadata"].get("name", ""),
+               "kind": {"group": "", "version": "v1", "kind": "Pod"},
+               "resource": {"group": "", "version": "v1", "resource": "pods"}, "dryRun": False}
+    pod_view = normalise_typed(rtype, copy.deepcopy(pod))
+    for binding in bindings:
+        spec = binding.get("spec") or {}
+        policy = store.objects.get((policy_type.group, policy_type.plural, "", spec.get("policyName")))
+        if policy is None or "Deny" not in (spec.get("validationActions") or []):
+            continue  # a binding to a missing policy does nothing; Warn/Audit never refuse
+        policy_spec = policy.get("spec") or {}
+        if not _match_resources(policy_spec.get("matchConstraints"), namespace_labels, object_labels,
+                                "pods", "CREATE", True):
+            continue
+        if not _match_resources(spec.get("matchResources"), namespace_labels, object_labels, "pods", "CREATE",
+                                False):
+            continue
+        try:
+            _applies, failures = vap_evaluate(policy_spec, pod_view, namespace_obj or None, request)
+        except CelUnavailable as exc:
+            raise ApiError(500, "InternalError", "k8s stand-in: ValidatingAdmissionPolicy '%s' cannot be "
+                                                 "evaluated: %s" % (policy["metadata"]["name"], exc))
+        if failures:
+            name = pod["metadata"].get("name", "")
+            message = "ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s" % (
+                policy["metadata"]["name"], binding["metadata"]["name"], failures[0])
+            raise ApiError(422, "Invalid", 'pods "%s" is forbidden: %s' % (name, message),
+                           {"name": name, "kind": "pods", "causes": [{"message": message}]})
 
 
 def parse_yaml_or_json(raw):

@@ -1,0 +1,37 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_policy_objects: render the GPU pod guardrails for Kyverno and/or ValidatingAdmissionPolicy."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_policies import (
+    GpuPolicyError,
+    render_policy_objects,
+)
+
+
+def gpu_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", runtime_class_name="nvidia",
+                       gpu_resources=None, excluded_namespaces=None, action="Enforce",
+                       vap_validation_actions=None, failure_policy="Fail", extra_rules=None):
+    """Return the Kubernetes objects for `engine`; AnsibleFilterError (cause and fix) on bad input."""
+    try:
+        return render_policy_objects(
+            cel_data, engine=engine, name=name, runtime_class_name=runtime_class_name,
+            gpu_resources=["nvidia.com/gpu"] if gpu_resources is None else gpu_resources,
+            excluded_namespaces=[] if excluded_namespaces is None else excluded_namespaces,
+            action=action, vap_validation_actions=vap_validation_actions, failure_policy=failure_policy,
+            extra_rules=[] if extra_rules is None else extra_rules)
+    except GpuPolicyError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+class FilterModule(object):
+    """gpu_native.fleet GPU policy filters."""
+
+    def filters(self):
+        return {"gpu_policy_objects": gpu_policy_objects}
