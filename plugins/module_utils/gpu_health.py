@@ -9,7 +9,8 @@ Shared by the ``gpu_health`` module and the ``gpu_readiness`` node agent.
 from the tools' output, never from exit codes.  ``inputs`` is a dict with any
 of ``nvidia_smi_xml``, ``nvidia_smi_query``, ``nvidia_smi`` (texts),
 ``lspci`` (text) or ``pci_devices`` (parsed list, e.g. from sysfs),
-``kernel_log`` (text), ``device_plugin_count`` (int) and ``driver_error``
+``kernel_log`` (text), ``device_plugin_count`` (int, nvidia.com/gpu),
+``device_plugin_resources`` (the node's allocatable, ``{resource: count}``) and ``driver_error``
 (a one-line cause when nvidia-smi could not be run at all).
 
 ``collect_live(run_command, ...)`` gathers those inputs on a node; it takes
@@ -37,6 +38,12 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils.device_counts import (
+    GPU as GPU_RESOURCE,
+    DeviceCountError,
+    compare,
+    expected_resources,
+)
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
     detect_no_driver,
@@ -384,8 +391,47 @@ def _pci_devices(inputs):
     return None
 
 
-def evaluate(inputs, expected_gpus=None, xid_actions=None):
-    """Compute the readiness verdict (see the module docstring)."""
+def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons, notes):
+    """Per-resource expected vs actual device-plugin counts (module_utils.device_counts)."""
+    listed = [{"mig_enabled": g.mig_enabled, "mig_devices": g.mig_device_count}
+              for g in gpus.all() if g.seen_by_nvidia_smi]
+    if gpu_count is not None and gpu_count > len(listed):
+        listed.extend({"mig_enabled": False, "mig_devices": 0} for _ in range(gpu_count - len(listed)))
+    try:
+        expectation = expected_resources(config, listed, mig_layout)
+    except DeviceCountError as exc:
+        raise GpuHealthError(str(exc))
+    notes.extend(expectation["notes"])
+    if actual is None:
+        return [{"resource": name, "expected": count, "actual": None, "matches": None}
+                for name, count in sorted(expectation["expected"].items())]
+    try:
+        rows = compare(expectation, actual)
+    except DeviceCountError as exc:
+        raise GpuHealthError(str(exc))
+    known = [row for row in rows if row["matches"] is not None]
+    if known:
+        checks["device_plugin_count_matches"] = all(row["matches"] for row in known)
+    for row in rows:
+        if row["matches"] is False:
+            reasons.append("The device plugin exposes %d %s but the node's GPUs and device-plugin config (migStrategy "
+                           "%s) give %d. Fix: restart the NVIDIA device plugin pod and check its log for unhealthy "
+                           "devices, or correct device_plugin_config/mig_layout." % (
+                               row["actual"], row["resource"], expectation["strategy"], row["expected"]))
+        elif row["matches"] is None:
+            notes.append("%s: expected count unknown (%s)" % (row["resource"], row["why_unknown"]))
+    return rows
+
+
+def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=None, mig_layout=None):
+    """Compute the readiness verdict (see the module docstring).
+
+    ``device_plugin_config`` (the device plugin's config, as roles/device_plugin_config
+    renders it) and ``mig_layout`` (``{profile: count}``) make the device-plugin check
+    per resource: ``inputs["device_plugin_resources"]`` (the node's allocatable) is
+    compared with the count the plugin exposes for this config (time-slicing
+    replicas, renameByDefault, MIG strategies).
+    """
     catalog = merge_overrides(xid_actions)
     gpus = _Gpus()
     reasons = []
@@ -475,7 +521,19 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
                            ("; not seen by nvidia-smi: %s" % ", ".join(missing)) if missing else ""))
 
     plugin_count = inputs.get("device_plugin_count")
-    if plugin_count is not None:
+    plugin_resources = inputs.get("device_plugin_resources")
+    if plugin_resources is not None and plugin_count is None:
+        try:
+            plugin_count = int(plugin_resources.get(GPU_RESOURCE, 0))
+        except (AttributeError, TypeError, ValueError):
+            raise GpuHealthError("device_plugin_resources is not a mapping of counts. Fix: pass the node's "
+                                 "allocatable, e.g. {nvidia.com/gpu: 8}.")
+    resource_rows = []
+    if device_plugin_config is not None or mig_layout is not None:
+        resource_rows = _resource_check(gpus, plugin_resources if plugin_resources is not None else (
+            None if plugin_count is None else {GPU_RESOURCE: plugin_count}), device_plugin_config, mig_layout,
+            nvidia_smi_count if nvidia_smi_seen else pci_count, checks, reasons, notes)
+    elif plugin_count is not None:
         reference = pci_count if pci_count is not None else nvidia_smi_count
         acceptable = set()
         if reference is not None:
@@ -487,8 +545,13 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
             checks["device_plugin_count_matches"] = plugin_count in acceptable
         if acceptable and plugin_count not in acceptable:
             reasons.append("The device plugin exposes %d nvidia.com/gpu but the node has %s. Fix: restart the "
-                           "NVIDIA device plugin pod and check its log for unhealthy devices." % (
+                           "NVIDIA device plugin pod and check its log for unhealthy devices; with time-slicing, "
+                           "renameByDefault or MIG mixed pass device_plugin_config so the count is computed." % (
                                plugin_count, " or ".join(str(v) for v in sorted(acceptable))))
+        others = sorted(k for k in (plugin_resources or {}) if str(k).startswith("nvidia.com/") and k != GPU_RESOURCE)
+        if others:
+            notes.append("The device plugin also exposes %s; pass device_plugin_config to check their counts"
+                         % ", ".join(others))
 
     if expected_gpus is not None:
         checks["expected_gpus_matches"] = all(
@@ -518,6 +581,7 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
         "pci_gpu_count": pci_count,
         "nvidia_smi_gpu_count": nvidia_smi_count,
         "device_plugin_count": plugin_count,
+        "device_plugin_resources": resource_rows,
         "expected_gpus": expected_gpus,
         "checks": checks,
         "xid_events": xid_events,
