@@ -230,9 +230,13 @@ def _xid_events(gpus, kernel, catalog, generation=None):
     entries = {}
     order = []
     dbe_seen = set()
+    judgements = {}  # floods repeat the same line: judge each text once
     for event in kernel["events"]:
         key = (event["xid"], event["pci_bus_id"])
-        judged = judge_line(event["xid"], event["message"], catalog, generation)
+        memo = (event["xid"], event["message"])
+        judged = judgements.get(memo)
+        if judged is None:
+            judged = judgements[memo] = judge_line(event["xid"], event["message"], catalog, generation)
         action = judged["action"]
         cleared = event["line"] < last_driver_load
         note = judged["note"]

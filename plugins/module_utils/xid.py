@@ -249,36 +249,40 @@ def _pattern(text):
     return mask, value
 
 
-def _status_matches(cell, status):
+def _status_values(cell):
+    """Error-status cell -> set of ints ("0x00000000/0xFFFFFFFF" is two), None for an empty cell (any status)."""
     if not cell:
-        return True
+        return None
+    values = set()
     for option in cell.split("/"):
         try:
-            if int(option, 16) == status:
-                return True
+            values.add(int(option, 16))
         except ValueError:
             continue
-    return False
+    return values
 
 
 def _compile_decode():
-    rows = []
+    """Decode rows by Xid, then by error status (None: rows for any status)."""
+    rows = {}
     for row in NVLINK5_DECODE:
         xid, subcode, v1, v2, status, immediate, a2v1, a2v2, action2, investigatory, severity = row
-        rows.append({
-            "xid": xid, "subcode": subcode, "status": status, "bucket": immediate,
+        rows.setdefault(xid, []).append({
+            "xid": xid, "subcode": subcode, "status": status, "statuses": _status_values(status), "bucket": immediate,
             "investigatory": investigatory or None, "severity": severity, "action2": action2 or None,
             "patterns": {"lt_r575": _pattern(v1), "ge_r575": _pattern(v2)},
             "action2_patterns": {"lt_r575": _pattern(a2v1), "ge_r575": _pattern(a2v2)},
         })
-    return rows
+    index = {}
+    for xid, xid_rows in rows.items():
+        by_status = index.setdefault(xid, {})
+        for row in xid_rows:
+            for status in (row["statuses"] if row["statuses"] is not None else [None]):
+                by_status.setdefault(status, []).append(row)
+    return index
 
 
 _DECODE_ROWS = _compile_decode()
-
-
-def _hits(pattern, value):
-    return pattern is not None and (value & pattern[0]) == pattern[1]
 
 
 def _line_severity(message):
@@ -320,12 +324,13 @@ def decode_nvlink5(xid, message, generation=None):
     })
     generations = [generation] if generation in ("lt_r575", "ge_r575") else ["lt_r575", "ge_r575"]
     found = []
-    for row in _DECODE_ROWS:
-        if row["xid"] != xid or not _status_matches(row["status"], status):
-            continue
+    by_status = _DECODE_ROWS.get(xid, {})
+    for row in by_status.get(status, []) + by_status.get(None, []):
         for gen in generations:
-            base = _hits(row["patterns"][gen], intr)
-            second = _hits(row["action2_patterns"][gen], intr)
+            pattern = row["patterns"][gen]
+            second_pattern = row["action2_patterns"][gen]
+            base = pattern is not None and (intr & pattern[0]) == pattern[1]
+            second = second_pattern is not None and (intr & second_pattern[0]) == second_pattern[1]
             if not (base or second):
                 continue
             bucket = row["action2"] if (second and row["action2"]) else row["bucket"]
@@ -456,10 +461,14 @@ def _timestamp(line):
     return None
 
 
-def _where_bus(where):
+def _where_bus(where, cache=None):
     """Bus id from the parenthesised part: 'PCI:0000:2b:00', '0000:2b:00', 'PCI:0000:01:00 GPU-I:05'."""
     if not where:
         return None, None
+    if cache is not None:
+        if where not in cache:
+            cache[where] = _where_bus(where)
+        return cache[where]
     gi_match = _GI_RE.search(where)
     gi = int(gi_match.group("gi")) if gi_match else None
     candidate = _GI_RE.sub("", where).strip()
@@ -551,6 +560,7 @@ def parse_kernel_log(text):
         start = newline + 1 if newline >= 0 else len(text)
         result["limits"]["chars_dropped"] = start
         text = text[start:]
+    buses = {}
     for number, timestamp, line in _records(text, result["limits"]):
         sxid_at = line.find("SXid")
         sxid = _SXID_RE.match(line, sxid_at) if sxid_at >= 0 else None
@@ -568,7 +578,7 @@ def parse_kernel_log(text):
                 "message": rest, "raw": line.strip(),
             })
             continue
-        mapping = _UUID_MAP_RE.search(line)
+        mapping = _UUID_MAP_RE.search(line) if "GPU at" in line else None
         if mapping:
             try:
                 result["uuid_map"][normalize_bus_id(mapping.group("bus"))] = mapping.group("uuid")
@@ -584,7 +594,7 @@ def parse_kernel_log(text):
         xid_match = _XID_RE.match(line, xid_at) if xid_at >= 0 else None
         bus = None
         if xid_match:
-            bus, gi = _where_bus(xid_match.group("where"))
+            bus, gi = _where_bus(xid_match.group("where"), buses)
             pid, name, message = _split_pid_name(xid_match.group("rest"))
             result["events"].append({
                 "line": number,
