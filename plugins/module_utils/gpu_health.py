@@ -400,7 +400,7 @@ def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons
     listed = [{"mig_enabled": g.mig_enabled, "mig_devices": g.mig_device_count}
               for g in gpus.all() if g.seen_by_nvidia_smi]
     if gpu_count is not None and gpu_count > len(listed):
-        listed.extend({"mig_enabled": False, "mig_devices": 0} for _ in range(gpu_count - len(listed)))
+        listed += [{"mig_enabled": False, "mig_devices": 0}] * (gpu_count - len(listed))
     try:
         expectation = expected_resources(config, listed, mig_layout)
     except DeviceCountError as exc:

@@ -401,8 +401,8 @@ def judge_line(xid, message, catalog=None, generation=None):
     if bucket == "WORKFLOW_NVLINK_ERR":
         severity = _line_severity(message)
         result["action"] = "reset_gpu" if severity == "Fatal" else "workflow"
-        result["note"] = "the line says %s" % ("fatal: reset the GPU" if severity == "Fatal" else
-                                                "no fatal error: reported")
+        result["note"] = ("the line says fatal: reset the GPU" if severity == "Fatal"
+                          else "the line says no fatal error: reported")
         return result
     if bucket == "WORKFLOW_NVLINK5_ERR":
         decoded = decode_nvlink5(xid, message, generation)

@@ -114,9 +114,9 @@ options:
     type: dict
   mig_layout:
     description:
-      - MIG devices of the node per profile, for example C({"1g.10gb": 14}) (the applied mig-parted layout). Needed
-        to check C(nvidia.com/mig-<profile>) counts one by one with C(migStrategy=mixed); without it their total is
-        checked.
+      - MIG devices of the node per profile, profile name to count (for example V(1g.10gb) to 14; the applied
+        mig-parted layout). Needed to check C(nvidia.com/mig-<profile>) counts one by one with C(migStrategy=mixed);
+        without it their total is checked.
     type: dict
   expected_gpus:
     description:
@@ -343,7 +343,7 @@ xid_events:
             "description": "GSP RPC timeout", "pids": [2710030], "processes": ["nvidia-smi"]}]
 device_plugin_resources:
   description: Per resource, the expected and actual device-plugin counts (empty without O(device_plugin_config) or
-    O(mig_layout)); RV(device_plugin_resources[].expected) is null when it cannot be computed (C(why_unknown) says why).
+    O(mig_layout)); C(expected) is null when it cannot be computed (C(why_unknown) says why).
   returned: always
   type: list
   elements: dict
