@@ -9,7 +9,8 @@ Shared by the ``gpu_health`` module and the ``gpu_readiness`` node agent.
 from the tools' output, never from exit codes.  ``inputs`` is a dict with any
 of ``nvidia_smi_xml``, ``nvidia_smi_query``, ``nvidia_smi`` (texts),
 ``lspci`` (text) or ``pci_devices`` (parsed list, e.g. from sysfs),
-``kernel_log`` (text), ``device_plugin_count`` (int) and ``driver_error``
+``kernel_log`` (text), ``device_plugin_count`` (int, nvidia.com/gpu),
+``device_plugin_resources`` (the node's allocatable, ``{resource: count}``) and ``driver_error``
 (a one-line cause when nvidia-smi could not be run at all).
 
 ``collect_live(run_command, ...)`` gathers those inputs on a node; it takes
@@ -37,6 +38,12 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils.device_counts import (
+    GPU as GPU_RESOURCE,
+    DeviceCountError,
+    compare,
+    expected_resources,
+)
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
     detect_no_driver,
@@ -52,12 +59,14 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import (
     ACTION_RANK,
-    FATAL_ACTIONS,
+    NOT_READY_ACTIONS,
     classify,
     describe,
+    driver_generation,
+    judge_line,
+    MAX_LINE_CHARS,
     merge_overrides,
     parse_kernel_log,
-    xid_154_action,
 )
 
 NO_ACTION = "none"
@@ -68,7 +77,7 @@ _PENDING_RECOVERY = {
     "drain and reset": "reset_gpu",
     "node reboot": "reboot_node",
     "reboot": "reboot_node",
-    "drain p2p": "reset_gpu",
+    "drain p2p": "drain_p2p",
 }
 
 
@@ -207,42 +216,67 @@ def _apply_handle_errors(gpus, errors):
                     "reboot_node" if lost else "reset_gpu")
 
 
-def _xid_events(gpus, kernel, catalog):
-    """Deduplicate Xid lines per (xid, GPU), apply clearing, mark GPUs."""
+def _xid_events(gpus, kernel, catalog, generation=None):
+    """Judge Xid lines, link them (45 -> cause, 171/172 -> 48, XID_154_EVAL -> 154),
+    deduplicate per (xid, GPU), apply clearing and mark GPUs."""
     for bus_id, uuid in kernel["uuid_map"].items():
         if bus_id in gpus.by_bus and not gpus.by_bus[bus_id].uuid:
             gpus.by_bus[bus_id].uuid = uuid
     last_driver_load = max(kernel["driver_loads"]) if kernel["driver_loads"] else 0
+    live_xids = {}  # bus -> Xids seen since the last driver load
+    for event in kernel["events"]:
+        if event["line"] > last_driver_load:
+            live_xids.setdefault(event["pci_bus_id"], set()).add(event["xid"])
     entries = {}
     order = []
     dbe_seen = set()
+    judgements = {}  # floods repeat the same line: judge each text once
     for event in kernel["events"]:
         key = (event["xid"], event["pci_bus_id"])
-        action = classify(event["xid"], event["message"], catalog)
+        memo = (event["xid"], event["message"])
+        judged = judgements.get(memo)
+        if judged is None:
+            judged = judgements[memo] = judge_line(event["xid"], event["message"], catalog, generation)
+        action = judged["action"]
         cleared = event["line"] < last_driver_load
-        note = None
+        note = judged["note"]
+        overridden = catalog.get(event["xid"], {}).get("overridden")
+        here = live_xids.get(event["pci_bus_id"], set())
         if event["xid"] == 48 and not cleared:
             dbe_seen.add(event["pci_bus_id"])
-        if event["xid"] == 63 and event["pci_bus_id"] in dbe_seen and not catalog.get(63, {}).get("overridden"):
+            if not overridden and here & set([63, 64]):
+                note = "with Xid 63/64 (WORKFLOW_XID_48): drain the node and reset the GPU"
+        if event["xid"] == 63 and event["pci_bus_id"] in dbe_seen and not overridden:
             action = "reset_gpu"
             note = "row remap pending after a DBE (Xid 48): reset the GPU to activate it"
-        if event["xid"] == 154 and not catalog.get(154, {}).get("overridden"):
-            pending_action, clears = xid_154_action(event["message"])
-            if clears:
-                # "... to 0x0 (None)": every earlier 154 line for this GPU is cleared
-                if key in entries:
-                    for line in entries[key]["_lines"]:
-                        line["cleared"] = True
+        if judged["caused_by"] is not None:
+            if judged["caused_by"] not in here:
+                # the cause is not in the window: judge the 45 as its cause would be judged alone
+                action = classify(judged["caused_by"], None, catalog, generation)
+                note = "caused by Xid %d, which is not in the log window: judged as Xid %d's catalog action" % (
+                    judged["caused_by"], judged["caused_by"])
+        if judged["follows"] == 48:
+            if 48 in here:
                 action = "ignore"
-                cleared = True
-            else:
-                action = pending_action
+                note = "companion of Xid 48 on this GPU: the verdict follows Xid 48"
+        if event["xid"] == 154 and action is None:
+            # "... to 0x0 (None)": every earlier 154 line for this GPU is cleared
+            if key in entries:
+                for line in entries[key]["_lines"]:
+                    line["cleared"] = True
+            action = "ignore"
+            cleared = True
         if key not in entries:
             entries[key] = {
                 "xid": event["xid"],
                 "pci_bus_id": event["pci_bus_id"],
                 "gi": event["gi"],
                 "description": describe(event["xid"], catalog),
+                "bucket": judged["bucket"],
+                "investigatory": judged["investigatory"],
+                "caused_by": None,
+                "follows": None,
+                "decode": None,
                 "message": event["message"],
                 "count": 0,
                 "first_seen": event["timestamp"],
@@ -256,37 +290,62 @@ def _xid_events(gpus, kernel, catalog):
         entry["count"] += 1
         entry["last_seen"] = event["timestamp"]
         entry["message"] = event["message"] or entry["message"]
+        if judged["caused_by"] is not None:
+            entry["caused_by"] = judged["caused_by"]
         if event["gi"] is not None:
             entry["gi"] = event["gi"]
         if event["pid"] is not None and event["pid"] not in entry["pids"]:
             entry["pids"].append(event["pid"])
         if event["name"] and event["name"] not in entry["processes"]:
             entry["processes"].append(event["name"])
-        entry["_lines"].append({"action": action, "cleared": cleared, "note": note})
-    results = []
+        entry["_lines"].append({"action": action, "cleared": cleared, "note": note,
+                                "follows": judged["follows"] if judged["follows"] == 154 else None,
+                                "decode": judged["decode"]})
+    # per entry: strongest action of its lines and what is still pending
     for key in order:
         entry = entries[key]
-        lines = entry.pop("_lines")
-        action = NO_ACTION
-        pending = NO_ACTION
-        note = None
-        for line in lines:
+        action = pending = NO_ACTION
+        best = -1
+        for line in entry["_lines"]:
+            if line["decode"] and ACTION_RANK.get(line["action"], 0) > best:
+                best = ACTION_RANK.get(line["action"], 0)
+                entry["decode"] = line["decode"]
             action = _stronger(action, line["action"])
             if not line["cleared"]:
                 pending = _stronger(pending, line["action"])
-            note = line["note"] or note
+            entry["note"] = line["note"] or entry.get("note")
+            if line["follows"]:
+                entry["follows"] = line["follows"]
+        entry["_action"], entry["_pending"] = action, pending
+    # XID_154_EVAL lines follow the GPU's Xid 154, else restart_app
+    for key in order:
+        entry = entries[key]
+        if entry["follows"] != 154:
+            continue
+        recovery = entries.get((154, entry["pci_bus_id"]))
+        if recovery is not None:
+            entry["_action"], entry["_pending"] = recovery["_action"], recovery["_pending"]
+            entry["note"] = "XID_154_EVAL: follows the Xid 154 of this GPU"
+        else:
+            entry["note"] = "XID_154_EVAL with no Xid 154 for this GPU in the log window: restart the application"
+    results = []
+    for key in order:
+        entry = entries[key]
+        entry.pop("_lines")
+        action, pending = entry.pop("_action"), entry.pop("_pending")
         entry["action"] = action if action != NO_ACTION else "ignore"
-        entry["cleared"] = pending in (NO_ACTION, "ignore") and action in FATAL_ACTIONS
-        if note:
-            entry["note"] = note
+        entry["pending_action"] = pending if pending not in (NO_ACTION,) else "none"
+        entry["cleared"] = pending in (NO_ACTION, "ignore") and action in NOT_READY_ACTIONS
+        if not entry.get("note"):
+            entry.pop("note", None)
         gpu = gpus.get(entry["pci_bus_id"])
         gpu.uuid = gpu.uuid or kernel["uuid_map"].get(entry["pci_bus_id"] or "")
         entry["gpu_index"] = gpu.index
         entry["uuid"] = gpu.uuid or kernel["uuid_map"].get(entry["pci_bus_id"] or "")
-        if pending in FATAL_ACTIONS:
-            gpu.problem("Xid %d (%s) seen %d time(s), last %s, not cleared: %s" % (
-                entry["xid"], entry["description"], entry["count"], entry["last_seen"] or "(no timestamp)",
-                pending), pending)
+        if pending in NOT_READY_ACTIONS:
+            gpu.problem("Xid %d (%s; NVIDIA: %s) seen %d time(s), last %s, not cleared: %s" % (
+                entry["xid"], entry["description"], (entry.get("decode") or {}).get("bucket") or entry["bucket"]
+                or "not in the catalog", entry["count"], entry["last_seen"] or "(no timestamp)", pending), pending)
         results.append(entry)
     for error in kernel["bus_errors"]:
         if error["line"] < last_driver_load:
@@ -306,6 +365,28 @@ def _xid_events(gpus, kernel, catalog):
     return results
 
 
+def _sxid_verdict(kernel, reasons, notes):
+    """Fatal NVSwitch SXids make the node's fabric not ready; non-fatal ones are notes."""
+    last_driver_load = max(kernel["driver_loads"]) if kernel["driver_loads"] else 0
+    seen = set()
+    for event in kernel["sxid_events"]:
+        if event["fatal"] is None:
+            continue  # detail lines ("Data {...}", "Severity ...") carry no verdict
+        key = (event["pci_bus_id"], event["xid"], event["fatal"])
+        if key in seen:
+            continue
+        seen.add(key)
+        switch = "%s (%s)" % (event["switch"] or "NVSwitch", event["pci_bus_id"] or "unknown bus id")
+        what = "SXid %d%s: %s" % (event["xid"], "" if event["link"] is None else " on link %d" % event["link"],
+                                  event["message"])
+        if event["fatal"] and event["line"] > last_driver_load:
+            reasons.append("NVSwitch %s reported a fatal %s; the node's NVLink fabric is not ready. Fix: drain the "
+                           "node, reset the GPUs and NVSwitches (or reboot) and check nvidia-fabricmanager's log."
+                           % (switch, what))
+        elif not event["fatal"]:
+            notes.append("NVSwitch %s reported a non-fatal %s" % (switch, what))
+
+
 def _pci_devices(inputs):
     if inputs.get("pci_devices") is not None:
         return inputs["pci_devices"]
@@ -314,8 +395,47 @@ def _pci_devices(inputs):
     return None
 
 
-def evaluate(inputs, expected_gpus=None, xid_actions=None):
-    """Compute the readiness verdict (see the module docstring)."""
+def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons, notes):
+    """Per-resource expected vs actual device-plugin counts (module_utils.device_counts)."""
+    listed = [{"mig_enabled": g.mig_enabled, "mig_devices": g.mig_device_count}
+              for g in gpus.all() if g.seen_by_nvidia_smi]
+    if gpu_count is not None and gpu_count > len(listed):
+        listed += [{"mig_enabled": False, "mig_devices": 0}] * (gpu_count - len(listed))
+    try:
+        expectation = expected_resources(config, listed, mig_layout)
+    except DeviceCountError as exc:
+        raise GpuHealthError(str(exc))
+    notes.extend(expectation["notes"])
+    if actual is None:
+        return [{"resource": name, "expected": count, "actual": None, "matches": None}
+                for name, count in sorted(expectation["expected"].items())]
+    try:
+        rows = compare(expectation, actual)
+    except DeviceCountError as exc:
+        raise GpuHealthError(str(exc))
+    known = [row for row in rows if row["matches"] is not None]
+    if known:
+        checks["device_plugin_count_matches"] = all(row["matches"] for row in known)
+    for row in rows:
+        if row["matches"] is False:
+            reasons.append("The device plugin exposes %d %s but the node's GPUs and device-plugin config (migStrategy "
+                           "%s) give %d. Fix: restart the NVIDIA device plugin pod and check its log for unhealthy "
+                           "devices, or correct device_plugin_config/mig_layout." % (
+                               row["actual"], row["resource"], expectation["strategy"], row["expected"]))
+        elif row["matches"] is None:
+            notes.append("%s: expected count unknown (%s)" % (row["resource"], row["why_unknown"]))
+    return rows
+
+
+def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=None, mig_layout=None):
+    """Compute the readiness verdict (see the module docstring).
+
+    ``device_plugin_config`` (the device plugin's config, as roles/device_plugin_config
+    renders it) and ``mig_layout`` (``{profile: count}``) make the device-plugin check
+    per resource: ``inputs["device_plugin_resources"]`` (the node's allocatable) is
+    compared with the count the plugin exposes for this config (time-slicing
+    replicas, renameByDefault, MIG strategies).
+    """
     catalog = merge_overrides(xid_actions)
     gpus = _Gpus()
     reasons = []
@@ -369,7 +489,13 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
         driver_reachable = True
 
     kernel = parse_kernel_log(inputs.get("kernel_log") or "")
-    xid_events = _xid_events(gpus, kernel, catalog)
+    kernel_driver = [v for v in kernel["driver_versions"] if v]
+    generation = driver_generation(driver_version or (kernel_driver[-1] if kernel_driver else None))
+    xid_events = _xid_events(gpus, kernel, catalog, generation)
+    _sxid_verdict(kernel, reasons, notes)
+    if kernel["limits"]["chars_dropped"] or kernel["limits"]["lines_cut"]:
+        notes.append("kernel_log was bounded: %d oldest characters dropped, %d lines cut to %d characters"
+                     % (kernel["limits"]["chars_dropped"], kernel["limits"]["lines_cut"], MAX_LINE_CHARS))
 
     nvidia_smi_count = None
     if nvidia_smi_seen:
@@ -399,7 +525,19 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
                            ("; not seen by nvidia-smi: %s" % ", ".join(missing)) if missing else ""))
 
     plugin_count = inputs.get("device_plugin_count")
-    if plugin_count is not None:
+    plugin_resources = inputs.get("device_plugin_resources")
+    if plugin_resources is not None and plugin_count is None:
+        try:
+            plugin_count = int(plugin_resources.get(GPU_RESOURCE, 0))
+        except (AttributeError, TypeError, ValueError):
+            raise GpuHealthError("device_plugin_resources is not a mapping of counts. Fix: pass the node's "
+                                 "allocatable, e.g. {nvidia.com/gpu: 8}.")
+    resource_rows = []
+    if device_plugin_config is not None or mig_layout is not None:
+        resource_rows = _resource_check(gpus, plugin_resources if plugin_resources is not None else (
+            None if plugin_count is None else {GPU_RESOURCE: plugin_count}), device_plugin_config, mig_layout,
+            nvidia_smi_count if nvidia_smi_seen else pci_count, checks, reasons, notes)
+    elif plugin_count is not None:
         reference = pci_count if pci_count is not None else nvidia_smi_count
         acceptable = set()
         if reference is not None:
@@ -411,8 +549,13 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
             checks["device_plugin_count_matches"] = plugin_count in acceptable
         if acceptable and plugin_count not in acceptable:
             reasons.append("The device plugin exposes %d nvidia.com/gpu but the node has %s. Fix: restart the "
-                           "NVIDIA device plugin pod and check its log for unhealthy devices." % (
+                           "NVIDIA device plugin pod and check its log for unhealthy devices; with time-slicing, "
+                           "renameByDefault or MIG mixed pass device_plugin_config so the count is computed." % (
                                plugin_count, " or ".join(str(v) for v in sorted(acceptable))))
+        others = sorted(k for k in (plugin_resources or {}) if str(k).startswith("nvidia.com/") and k != GPU_RESOURCE)
+        if others:
+            notes.append("The device plugin also exposes %s; pass device_plugin_config to check their counts"
+                         % ", ".join(others))
 
     if expected_gpus is not None:
         checks["expected_gpus_matches"] = all(
@@ -442,6 +585,7 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None):
         "pci_gpu_count": pci_count,
         "nvidia_smi_gpu_count": nvidia_smi_count,
         "device_plugin_count": plugin_count,
+        "device_plugin_resources": resource_rows,
         "expected_gpus": expected_gpus,
         "checks": checks,
         "xid_events": xid_events,

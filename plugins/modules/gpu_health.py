@@ -23,13 +23,17 @@ description:
     remapped rows are pending or remapping failed; an uncorrectable volatile ECC count is above zero with an
     action pending; the driver asks for a reset; or an Xid whose action is C(reset_gpu) or C(reboot_node) was
     seen and not cleared."
-  - Xids are classified with the collection's Xid catalog (NVIDIA's immediate actions). Xid 154 is judged by its
-    text, and a later C(to 0x0 (None)) line for the same GPU clears it. A driver load line clears earlier Xids.
-    MIG lines (C(GPU-I:NN)) map to their parent GPU and keep the GPU instance in RV(xid_events[].gi).
-    Xid 13, 31, 43 and 94 alone leave the GPU healthy and are reported.
+  - Xids are classified with NVIDIA's Xid catalog (Ampere and newer), kept as data in the collection. NVIDIA's
+    immediate buckets map to actions (V(RESTART_APP) to V(restart_app), V(RESET_GPU) to V(reset_gpu),
+    V(RESTART_BM) to V(reboot_node), V(IGNORE) to V(ignore), anything else to V(workflow)); the bucket is kept in
+    RV(xid_events[].bucket). Xid 154 is judged by its text (V(0x3) Drain P2P is V(drain_p2p)), and a later
+    C(to 0x0 (None)) line for the same GPU clears it; Xid 45 follows the Xid it names as its cause; Xid 74 is at
+    least V(reset_gpu) when its text says fatal; Xids 144-150 are decoded with NVIDIA's decode table for the
+    driver generation. A driver load line clears earlier Xids. MIG lines (C(GPU-I:NN)) map to their parent GPU.
+  - A fatal NVSwitch SXid makes the node not ready (its NVLink fabric); a non-fatal one is a note.
   - "The node is not ready when a GPU is unhealthy, the PCI count (class 0302/0300, vendor 10de; NVSwitches excluded)
-    and the nvidia-smi count differ, a known device-plugin count differs, O(expected_gpus) differs, or the driver
-    cannot be reached."
+    and the nvidia-smi count differ, a known device-plugin count differs (per resource with O(device_plugin_config)),
+    O(expected_gpus) differs, a fatal SXid was logged, or the driver cannot be reached."
   - With O(source=captured) it judges a support bundle offline.
 options:
   source:
@@ -61,6 +65,9 @@ options:
       device_plugin_count:
         description: Number of C(nvidia.com/gpu) the device plugin exposes (node allocatable).
         type: int
+      device_plugin_resources:
+        description: The node's allocatable resources (C(nvidia.com/...) keys are read), resource to count.
+        type: dict
   nvidia_smi:
     description:
       - Live mode. Path or name of the C(nvidia-smi) binary.
@@ -92,14 +99,34 @@ options:
       - Live mode. Number of C(nvidia.com/gpu) the device plugin exposes, when known (for example from the node's
         allocatable). Compared with the PCI count (or, with MIG enabled, the number of MIG devices).
     type: int
+  device_plugin_resources:
+    description:
+      - Live mode. The node's allocatable resources (for example C(nvidia.com/gpu), C(nvidia.com/gpu.shared),
+        C(nvidia.com/mig-1g.10gb)), resource to count; compared per resource when O(device_plugin_config) or
+        O(mig_layout) is given.
+    type: dict
+  device_plugin_config:
+    description:
+      - The NVIDIA device plugin's config for this node (C(version), C(flags.migStrategy), C(sharing.timeSlicing) or
+        C(sharing.mps)), as the C(gpu_native.fleet.device_plugin_config) role renders it. With it the expected
+        allocatable is computed per resource (GPUs times replicas, C(<name>.shared) with C(renameByDefault), MIG
+        devices per profile with C(migStrategy=mixed)) instead of comparing C(nvidia.com/gpu) with the GPU count.
+    type: dict
+  mig_layout:
+    description:
+      - MIG devices of the node per profile, profile name to count (for example V(1g.10gb) to 14; the applied
+        mig-parted layout). Needed to check C(nvidia.com/mig-<profile>) counts one by one with C(migStrategy=mixed);
+        without it their total is checked.
+    type: dict
   expected_gpus:
     description:
       - Number of GPUs the node must have. Compared with the nvidia-smi and PCI counts.
     type: int
   xid_actions:
     description:
-      - Overrides of the Xid catalog, Xid number to action (V(ignore), V(restart_app), V(workflow), V(reset_gpu)
-        or V(reboot_node)). An override of 154 replaces the judgement by text.
+      - Overrides of the Xid catalog, Xid number to action (V(ignore), V(restart_app), V(workflow), V(drain_p2p),
+        V(reset_gpu) or V(reboot_node)). An override replaces the judgement by text and by neighbouring Xids
+        (154's recovery action, 45's cause, the NVLink decode of 74 and 144-150).
     type: dict
     default: {}
 notes:
@@ -258,7 +285,31 @@ xid_events:
       description: MIG GPU instance of C(GPU-I:NN) lines, null otherwise.
       type: int
     action:
-      description: Strongest action of its lines (V(ignore), V(restart_app), V(workflow), V(reset_gpu), V(reboot_node)).
+      description: Strongest action of its lines (V(ignore), V(restart_app), V(workflow), V(drain_p2p), V(reset_gpu),
+        V(reboot_node)).
+      type: str
+    pending_action:
+      description: Strongest action not cleared yet (V(none) when nothing is pending).
+      type: str
+    bucket:
+      description: NVIDIA's immediate-action bucket for the Xid (for example V(RESET_GPU), V(WORKFLOW_XID_45)), null
+        for an Xid not in the catalog.
+      type: str
+    investigatory:
+      description: NVIDIA's investigatory bucket, null when the catalog has none.
+      type: str
+    caused_by:
+      description: For Xid 45, the Xid its text names as the cause (the verdict follows that Xid).
+      type: int
+    follows:
+      description: Xid whose verdict this one follows (154 for an NVLink line decoded as XID_154_EVAL).
+      type: int
+    decode:
+      description: For Xids 144-150, how the line was decoded (subcode, severity, intr_info, error_status, generation,
+        bucket, investigatory, rule).
+      type: dict
+    note:
+      description: How a workflow bucket was resolved for this Xid.
       type: str
     cleared:
       description: A fatal action was seen and later cleared (driver reload, Xid 154 back to C(0x0 (None))).
@@ -290,8 +341,15 @@ xid_events:
             "cleared": false, "count": 2, "first_seen": "Feb 27 16:08:20", "last_seen": "Feb 27 16:08:26",
             "message": "Timeout waiting for RPC from GSP! Expected function 10 (FREE) (0xa55a0050 0x0).",
             "description": "GSP RPC timeout", "pids": [2710030], "processes": ["nvidia-smi"]}]
+device_plugin_resources:
+  description: Per resource, the expected and actual device-plugin counts (empty without O(device_plugin_config) or
+    O(mig_layout)); C(expected) is null when it cannot be computed (C(why_unknown) says why).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"resource": "nvidia.com/gpu.shared", "expected": 32, "actual": 32, "matches": true}]
 sxid_events:
-  description: NVSwitch SXid lines (reported only).
+  description: NVSwitch SXid lines with C(switch), C(fatal) (null for detail lines) and C(link); a fatal one makes the node not ready.
   returned: always
   type: list
   elements: dict
@@ -317,7 +375,8 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
 
-CAPTURED_KEYS = ("nvidia_smi_xml", "nvidia_smi_query", "nvidia_smi", "lspci", "kernel_log", "device_plugin_count")
+CAPTURED_KEYS = ("nvidia_smi_xml", "nvidia_smi_query", "nvidia_smi", "lspci", "kernel_log", "device_plugin_count",
+                 "device_plugin_resources")
 
 
 def main():
@@ -333,6 +392,7 @@ def main():
                     lspci=dict(type="str"),
                     kernel_log=dict(type="str"),
                     device_plugin_count=dict(type="int"),
+                    device_plugin_resources=dict(type="dict"),
                 ),
             ),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
@@ -341,6 +401,9 @@ def main():
             kernel_log=dict(type="str", default="auto"),
             xid_since=dict(type="str", default="24h"),
             device_plugin_count=dict(type="int"),
+            device_plugin_resources=dict(type="dict"),
+            device_plugin_config=dict(type="dict"),
+            mig_layout=dict(type="dict"),
             expected_gpus=dict(type="int"),
             xid_actions=dict(type="dict", default={}),
         ),
@@ -371,12 +434,16 @@ def main():
         if params["device_plugin_count"] is not None:
             inputs["device_plugin_count"] = params["device_plugin_count"]
             sources["device_plugin_count"] = "option"
+        if params["device_plugin_resources"] is not None:
+            inputs["device_plugin_resources"] = params["device_plugin_resources"]
+            sources["device_plugin_resources"] = "option"
     for name in ("expected_gpus", "device_plugin_count"):
         value = inputs.get(name) if name == "device_plugin_count" else params[name]
         if value is not None and value < 0:
             module.fail_json(msg="%s is %d. Fix: use a count of 0 or more." % (name, value))
     try:
-        result = evaluate(inputs, expected_gpus=params["expected_gpus"], xid_actions=params["xid_actions"])
+        result = evaluate(inputs, expected_gpus=params["expected_gpus"], xid_actions=params["xid_actions"],
+                          device_plugin_config=params["device_plugin_config"], mig_layout=params["mig_layout"])
     except (GpuHealthError, XidCatalogError) as exc:
         module.fail_json(msg=str(exc))
     result["sources"] = sources

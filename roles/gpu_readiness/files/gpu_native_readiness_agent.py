@@ -45,8 +45,9 @@ METRICS = {
     "gpu_native_node_toolkit_ready": (
         "gauge", "1 when the NVIDIA Container Toolkit's check command (nvidia-container-cli info) succeeds, else 0."),
     "gpu_native_node_plugin_ready": (
-        "gauge", "1 when the device plugin's nvidia.com/gpu count is known, above 0 and equal to the GPU count "
-                 "(or to the MIG device count), else 0."),
+        "gauge", "1 when the device plugin's counts are known, above 0 and equal to what the node's GPUs give "
+                 "(per resource with device_plugin_config: replicas, renameByDefault, MIG; else nvidia.com/gpu "
+                 "against the GPU or MIG device count), else 0."),
     "gpu_native_node_cuda_ready": (
         "gauge", "1 when libcuda initialises (cuInit) and reports at least one device, else 0."),
     "gpu_native_node_gpu_ready": (
@@ -58,11 +59,18 @@ METRICS = {
         "gauge", "GPUs nvidia-smi knows (attached_gpus, else the GPUs it lists); 0 when the driver is unreachable."),
     "gpu_native_node_device_plugin_devices_total": (
         "gauge", "nvidia.com/gpu in the node's allocatable, read from the node object; absent when it cannot be read."),
+    "gpu_native_node_device_plugin_devices": (
+        "gauge", "Allocatable count per device-plugin resource (label resource, e.g. nvidia.com/gpu.shared, "
+                 "nvidia.com/mig-1g.10gb); 0 for an expected resource the node does not expose."),
+    "gpu_native_node_device_plugin_expected_devices": (
+        "gauge", "Count per resource the node's GPUs, MIG layout and device-plugin config give (written only when "
+                 "device_plugin_config or mig_layout is configured and the count can be computed)."),
     "gpu_native_gpu_healthy": (
         "gauge", "1 when the GPU has no problem (ERR!, lost handle, fallen off the bus, Unknown Error fields, pending "
                  "row remap, pending uncorrectable ECC, uncleared fatal Xid), else 0."),
     "gpu_native_gpu_pending_action": (
-        "gauge", "1 for the strongest pending action of a GPU (restart_app, workflow, reset_gpu or reboot_node)."),
+        "gauge", "1 for the strongest pending action of a GPU (restart_app, workflow, drain_p2p, reset_gpu or "
+                 "reboot_node)."),
     "gpu_native_xid_events_total": (
         "gauge", "Kernel-log lines per Xid and GPU within the agent's window (xid_since, current boot); "
                  "cleared=true once a driver reload or a later Xid 154 'to 0x0 (None)' cleared it."),
@@ -168,14 +176,19 @@ def check_toolkit(command):
     return rc == 0
 
 
-def _allocatable_gpus(node_object):
+def _allocatable_resources(node_object):
     allocatable = (node_object.get("status") or {}).get("allocatable") or {}
-    value = allocatable.get("nvidia.com/gpu", "0")
-    return int(str(value))
+    return dict((str(key), int(str(value))) for key, value in allocatable.items() if str(key).startswith("nvidia.com/"))
 
 
 def device_plugin_count(kube, node_name, urlopen=None):
-    """nvidia.com/gpu allocatable from the node object, or None when it cannot be read.
+    """nvidia.com/gpu allocatable from the node object, or None when it cannot be read."""
+    resources = device_plugin_resources(kube, node_name, urlopen)
+    return None if resources is None else resources.get("nvidia.com/gpu", 0)
+
+
+def device_plugin_resources(kube, node_name, urlopen=None):
+    """The node object's nvidia.com/* allocatable ({resource: count}), or None when it cannot be read.
 
     Tried in order: the API server with a bearer token (``api_url``,
     ``token_file``, ``ca_file``), then ``kubectl`` with ``kubeconfig``.
@@ -196,7 +209,7 @@ def device_plugin_count(kube, node_name, urlopen=None):
                 context = ssl.create_default_context(cafile=kube.get("ca_file") or None)
             opener = urlopen or default_urlopen
             response = opener(request, timeout=10, context=context) if context else opener(request, timeout=10)
-            return _allocatable_gpus(json.loads(response.read().decode("utf-8")))
+            return _allocatable_resources(json.loads(response.read().decode("utf-8")))
         except Exception:  # noqa: BLE001 - any failure means "not reachable"; the metric is then absent
             pass
     kubectl = kube.get("kubectl")
@@ -206,7 +219,7 @@ def device_plugin_count(kube, node_name, urlopen=None):
                                     timeout=PROBE_TIMEOUT_S)
         if rc == 0:
             try:
-                return _allocatable_gpus(json.loads(out))
+                return _allocatable_resources(json.loads(out))
             except (ValueError, TypeError):
                 return None
     return None
@@ -236,23 +249,34 @@ def evaluate_node(config, metrics, now):
         xid_since=config.get("xid_since", "24h"),
         sysfs_root=config.get("pci_sysfs_root", "/sys/bus/pci/devices"),
     )
-    plugin_count = device_plugin_count(config.get("kube"), metrics.node)
-    if plugin_count is not None:
-        inputs["device_plugin_count"] = plugin_count
+    resources = device_plugin_resources(config.get("kube"), metrics.node)
+    plugin_count = None if resources is None else resources.get("nvidia.com/gpu", 0)
+    if resources is not None:
+        inputs["device_plugin_resources"] = resources
     expected = config.get("expected_gpus")
     expected = None if expected in (None, "") else int(expected)
-    result = evaluate(inputs, expected_gpus=expected, xid_actions=config.get("xid_actions") or {})
+    result = evaluate(inputs, expected_gpus=expected, xid_actions=config.get("xid_actions") or {},
+                      device_plugin_config=config.get("device_plugin_config") or None,
+                      mig_layout=config.get("mig_layout") or None)
 
     driver_ready = bool(result["driver_reachable"] and (result["nvidia_smi_gpu_count"] or 0) > 0)
     metrics.add("gpu_native_node_driver_ready", int(driver_ready))
     metrics.add("gpu_native_node_toolkit_ready", int(driver_ready and check_toolkit(config.get("toolkit_command"))))
-    plugin_ready = bool(result["checks"]["device_plugin_count_matches"]) and (plugin_count or 0) > 0
+    exposed = sum((resources or {}).values())
+    plugin_ready = bool(result["checks"]["device_plugin_count_matches"]) and exposed > 0
     metrics.add("gpu_native_node_plugin_ready", int(plugin_ready))
     metrics.add("gpu_native_node_cuda_ready", int(driver_ready and check_cuda(config.get("cuda_library", "libcuda.so.1"))))
     metrics.add("gpu_native_node_gpu_ready", int(result["gpu_ready"]))
     metrics.add("gpu_native_nvidia_pci_devices_total", result["pci_gpu_count"])
     metrics.add("gpu_native_node_nvidia_smi_devices_total", result["nvidia_smi_gpu_count"])
     metrics.add("gpu_native_node_device_plugin_devices_total", plugin_count)
+    rows = result.get("device_plugin_resources") or []
+    for row in rows:
+        metrics.add("gpu_native_node_device_plugin_devices", row["actual"], resource=row["resource"])
+        metrics.add("gpu_native_node_device_plugin_expected_devices", row["expected"], resource=row["resource"])
+    if not rows:
+        for resource, count in sorted((resources or {}).items()):
+            metrics.add("gpu_native_node_device_plugin_devices", count, resource=resource)
     for gpu in result["gpus"]:
         labels = {"gpu": "" if gpu["index"] is None else str(gpu["index"]),
                   "pci_bus_id": gpu["pci_bus_id"] or "", "uuid": gpu["uuid"] or ""}

@@ -33,7 +33,8 @@ EXPECTED = {
     "GpuNativeNodeGpuNotReady": (("node",), {("node-b",)}),
     "GpuNativeExecutionPathNotReady": (("__name__", "node"), {("gpu_native_node_plugin_ready", "node-b")}),
     "GpuNativeGpuUnhealthy": (("node", "gpu", "pci_bus_id"), {("node-b", "4", "0000:83:00.0")}),
-    "GpuNativePciDevicePluginCountMismatch": (("node",), {("node-b",)}),
+    # node-b: 7 of 8 nvidia.com/gpu; node-e (time-sliced, as expected) stays quiet; node-f: 28 of 32 gpu.shared
+    "GpuNativePciDevicePluginCountMismatch": (("node", "resource"), {("node-b", ""), ("node-f", "nvidia.com/gpu.shared")}),
     "GpuNativeValidationStale": (("node",), {("node-b",)}),
     "GpuNativeReadinessAgentStale": (("node",), {("node-d",)}),
     "GpuNativeFatalXid": (("node", "gpu", "xid", "uuid"),

@@ -127,18 +127,23 @@ def test_mig_line_maps_to_parent_and_keeps_gi():
     assert not gpu(result, "0000:ab:00.0")["healthy"]
 
 
-@pytest.mark.parametrize("number", [13, 31, 43, 94])
-def test_application_xids_alone_leave_gpu_healthy(number):
+@pytest.mark.parametrize("number, action, bucket", [
+    (13, "restart_app", "RESTART_APP"), (31, "restart_app", "RESTART_APP"), (94, "restart_app", "RESTART_APP"),
+    (43, "ignore", "IGNORE"), (160, "ignore", "IGNORE"),
+])
+def test_application_xids_alone_leave_gpu_healthy(number, action, bucket):
     line = "NVRM: Xid (PCI:0000:18:00): %d, pid=1, name=app, detail\n" % number
     result = gh.evaluate(healthy_h100(kernel_log=line))
-    assert result["gpu_ready"]
-    assert [(e["xid"], e["action"], e["gpu_index"]) for e in result["xid_events"]] == [(number, "restart_app", 0)]
+    assert result["gpu_ready"], result["reasons"]
+    assert [(e["xid"], e["action"], e["bucket"], e["gpu_index"]) for e in result["xid_events"]] == [
+        (number, action, bucket, 0)]
 
 
 def test_dbe_then_remap_escalates_to_reset():
     result = gh.evaluate(healthy_h100(kernel_log=text("07_kernel_xid_lines_real_part.txt", "C")))
     events = dict((e["xid"], e) for e in result["xid_events"])
-    assert events[48]["action"] == "workflow" and events[94]["action"] == "restart_app"
+    assert events[48]["action"] == "reset_gpu" and events[48]["bucket"] == "WORKFLOW_XID_48"
+    assert "drain" in events[48]["note"] and events[94]["action"] == "restart_app"
     assert events[63]["action"] == "reset_gpu" and "DBE" in events[63]["note"]
 
 
