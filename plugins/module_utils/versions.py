@@ -109,6 +109,7 @@ MAX_VERSION_LENGTH = 256
 MAX_CONSTRAINT_LENGTH = 1024
 MAX_COMPARISONS = 16
 MAX_REGEX_LENGTH = 512
+MAX_REGEX_DEPTH = 50
 MAX_MATCHED_TEXT = 65536
 
 _VERSION_RE = re.compile(r"^(?:(\d+):)?([0-9][A-Za-z0-9.+~^_:-]*)$")
@@ -681,6 +682,10 @@ def _repeat_opcodes():
     return _REPEATS
 
 
+class _TooDeep(Exception):
+    pass
+
+
 def _repeats(op, arg):
     """True for a quantifier that can repeat more than once (``+``, ``*``, ``{2,}``)."""
     return op in _repeat_opcodes() and arg[1] > 1
@@ -688,8 +693,8 @@ def _repeats(op, arg):
 
 def _nested_repeat(parsed, inside=False, depth=0):
     """True when a repetition contains another one (``(a+)+``, ``(a*b*)*``)."""
-    if depth > 200:
-        return True
+    if depth > MAX_REGEX_DEPTH:
+        raise _TooDeep()
     for op, arg in parsed:
         subs = [arg[2]] if op in _repeat_opcodes() else _subpatterns(arg)
         if _repeats(op, arg):
@@ -721,7 +726,11 @@ def _compile_regex(value, text, path):
         parsed = _sre_parse.parse(text[1:-1])
     except (re.error, RecursionError, OverflowError, ValueError) as exc:
         raise ConstraintError(value, "invalid regular expression: %s" % exc, path)
-    if _nested_repeat(parsed):
+    try:
+        nested = _nested_repeat(parsed)
+    except _TooDeep:
+        raise ConstraintError(value, "regular expression nested more than %d deep" % MAX_REGEX_DEPTH, path)
+    if nested:
         raise ConstraintError(value, "nested repetition such as (a+)+ can take exponential time; "
                                      "rewrite the regular expression without a repeated group that repeats", path)
     return pattern
