@@ -17,7 +17,7 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings
+.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings fuzz
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -60,6 +60,9 @@ unit: venv collection-link ## pytest tests/unit
 
 integration: venv collection-link ## pytest tests/integration (roles run by ansible-playbook against the stand-ins)
 	$(BIN)/pytest -q tests/integration
+
+fuzz: venv collection-link ## pytest tests/fuzz (property-based; FUZZ_EXAMPLES=n for a longer run)
+	$(BIN)/pytest -q tests/fuzz
 
 sanity: venv ## ansible-test sanity in a copy placed under ansible_collections/
 	@tests/tools/run-sanity.sh

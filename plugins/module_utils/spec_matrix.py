@@ -127,6 +127,20 @@ def _type_name(value):
             float: "number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
+def key_path(path, key):
+    """``path.key`` for error messages; odd keys (empty, control characters, not text) as ``path[repr]``.
+
+    A key is cut to 80 characters so a hostile key cannot flood the message.
+    """
+    if isinstance(key, str) and key and key.isprintable() and not any(c.isspace() for c in key):
+        text = "%s.%s" % (path, key) if path else key
+    elif isinstance(key, int) and not isinstance(key, bool):
+        text = "%s.%d" % (path, key) if path else str(key)
+    else:
+        text = "%s[%r]" % (path, key)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 class _Validator:
     def __init__(self):
         self.errors = []
@@ -141,7 +155,7 @@ class _Validator:
         if allowed is not None:
             for key in value:
                 if key not in allowed:
-                    self.error("%s.%s" % (path, key) if path else str(key),
+                    self.error(key_path(path, key),
                                "unknown key; allowed: %s" % ", ".join(allowed))
         return value
 
@@ -182,7 +196,7 @@ def validate_matrix(matrix):
     raw_profiles = top.get("profiles")
     if raw_profiles is not None:
         for name, profile in check.mapping(raw_profiles, "profiles").items():
-            profiles[str(name)] = _validate_profile(check, profile, "profiles.%s" % name)
+            profiles[str(name)] = _validate_profile(check, profile, key_path("profiles", name))
     table = []
     for key in ("compatibility_extra", "compatibility"):
         if key not in top:
@@ -274,10 +288,10 @@ def _validate_profile(check, profile, path):
             try:
                 sysctl_relative_path(key)
             except ValueError as exc:
-                check.error("%s.%r" % (where, key) if not isinstance(key, str) else "%s.%s" % (where, key[:80]),
+                check.error(key_path(where, key),
                             "%s. Fix: name a sysctl as sysctl(8) does (vm.max_map_count)" % exc)
                 continue
-            sysctl[key] = check.constraint(value, "%s.%s" % (where, key))
+            sysctl[key] = check.constraint(value, key_path(where, key))
         result["sysctl"] = sysctl
     if "packages" in profile:
         where = path + ".packages"
@@ -287,7 +301,7 @@ def _validate_profile(check, profile, path):
             if isinstance(value, str) and value.strip() in PACKAGE_STATES:
                 packages[str(key)] = value.strip()
             else:
-                packages[str(key)] = check.constraint(value, "%s.%s" % (where, key), "version")
+                packages[str(key)] = check.constraint(value, key_path(where, key), "version")
         result["packages"] = packages
     if "services" in profile:
         where = path + ".services"
@@ -297,13 +311,13 @@ def _validate_profile(check, profile, path):
             states = value if isinstance(value, list) else [value]
             bad = [s for s in states if not isinstance(s, str) or s.strip() not in SERVICE_STATES]
             if bad or not states:
-                check.error("%s.%s" % (where, key), "unknown service state %r; use one of %s (or a list of them)"
+                check.error(key_path(where, key), "unknown service state %r; use one of %s (or a list of them)"
                             % (value, ", ".join(SERVICE_STATES)))
                 continue
             states = [s.strip() for s in states]
             for first, second in (("running", "stopped"), ("enabled", "disabled"), ("present", "absent")):
                 if first in states and second in states:
-                    check.error("%s.%s" % (where, key), "states %s and %s contradict each other" % (first, second))
+                    check.error(key_path(where, key), "states %s and %s contradict each other" % (first, second))
             services[str(key)] = states
         result["services"] = services
     return result

@@ -137,10 +137,10 @@ class ConstraintError(ValueError):
 
     def _render(self):
         where = (" at %s" % self.path) if self.path else ""
-        text = self.text
-        if isinstance(text, str) and len(text) > 80:
-            text = text[:77] + "..."
-        return "bad constraint %r%s: %s" % (text, where, self.reason)
+        shown = repr(self.text)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return "bad constraint %s%s: %s" % (shown, where, self.reason)
 
     def at(self, path):
         """Return the same error located at ``path`` (e.g. ``profiles.a.kernel.release``)."""

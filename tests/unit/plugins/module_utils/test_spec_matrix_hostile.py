@@ -80,9 +80,15 @@ def test_issue_payload_is_refused_before_anything_is_read(monkeypatch, capsys, t
 def test_bad_sysctl_keys_are_validation_errors_naming_their_path(key, reason):
     errors = errors_of({"profiles": {"p": {"sysctl": {key: "1"}}}})
     assert len(errors) == 1, errors
-    assert errors[0].startswith("profiles.p.sysctl.")
+    assert errors[0].startswith("profiles.p.sysctl.") or errors[0].startswith("profiles.p.sysctl[")
     assert reason in errors[0]
     assert "Fix: name a sysctl as sysctl(8) does" in errors[0]
+
+
+def test_odd_keys_are_named_readably():
+    errors = errors_of({"profiles": {"": {"sysctl": {"a\nb": "1"}}, "q": {"bogus " * 100: 1}}})
+    assert errors[0].startswith("profiles['']" + ".sysctl['a\\nb']: sysctl key"), errors
+    assert errors[1].startswith("profiles.q['bogus bogus") and len(errors[1].split(": ")[0]) <= 200, errors
 
 
 def test_non_string_sysctl_key_is_refused():
