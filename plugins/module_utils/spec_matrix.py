@@ -246,9 +246,9 @@ def _validate_profile(check, profile, path):
         match = check.mapping(profile["match"], path + ".match", MATCH_KEYS)
         if isinstance(profile["match"], dict) and not profile["match"]:
             check.error(path + ".match", "empty match; remove it or name at least one of %s" % ", ".join(MATCH_KEYS))
-        result["match"] = dict((key, check.constraint(value, "%s.match.%s" % (path, key),
-                                                       FIELD_KINDS.get(("match", key), "text")))
-                               for key, value in match.items() if key in MATCH_KEYS)
+        result["match"] = dict(
+            (key, check.constraint(value, "%s.match.%s" % (path, key), FIELD_KINDS.get(("match", key), "text")))
+            for key, value in match.items() if key in MATCH_KEYS)
     for section, keys in _VERSION_SECTION_KEYS.items():
         if section not in profile:
             continue

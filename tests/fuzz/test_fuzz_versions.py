@@ -44,8 +44,8 @@ constraint_text = st.one_of(
     st.text(max_size=80),
 )
 any_value = st.one_of(constraint_text, st.integers(), st.booleans(), st.floats(allow_nan=True), st.none(),
-                      st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(),
-                                                                          max_size=2))
+                      st.lists(st.integers(), max_size=3),
+                      st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 actual_value = st.one_of(version_text, st.integers(), st.booleans(), st.floats(), st.none(), st.text(max_size=80))
 
 

@@ -14,7 +14,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import
 from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import Version
 from ansible_collections.gpu_native.fleet.plugins.modules import spec_matrix as module
 
-from spec_matrix_support import REPO, FakeTools, h100_matrix, h100_tools, make_root, node_facts
+from spec_matrix_support import REPO, FakeTools, h100_tools, make_root, node_facts
 
 SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::\n"
 

@@ -154,8 +154,8 @@ def test_lookup_in_the_default_table(kubelet, row):
 
 def test_rows_can_be_added_in_front_or_the_table_replaced():
     extra = sm.validate_matrix({"compatibility_extra": [{"kubernetes": ">=1.34, <1.35", "driver": ">=570"}]})
-    assert [r["row"]["kubernetes"] for r in extra["compatibility"]] == [">=1.34, <1.35", "1.35", "1.34", "1.33", "1.32",
-                                                                   "1.31"]
+    assert [r["row"]["kubernetes"] for r in extra["compatibility"]] == [
+        ">=1.34, <1.35", "1.35", "1.34", "1.33", "1.32", "1.31"]
     assert sm.find_compatibility_row(extra["compatibility"], "1.34.1")["row"]["driver"] == ">=570"
     replaced = sm.validate_matrix({"compatibility": [{"kubernetes": "/^1\\.3[0-3]\\./", "driver": ">=535"}]})
     assert len(replaced["compatibility"]) == 1

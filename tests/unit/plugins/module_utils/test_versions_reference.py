@@ -159,7 +159,7 @@ DPKG_REGRESSIONS = [
 @pytest.mark.parametrize("left, right, expected", DPKG_REGRESSIONS)
 def test_issue_11_pairs_compare_as_dpkg(left, right, expected):
     assert dpkg_compare(left, right) == expected
-    assert dpkg_compare(right, left) == -expected
+    assert dpkg_compare(right, left) == -expected  # pylint: disable=arguments-out-of-order
     assert compare_versions(left, right, scheme="dpkg") == expected
 
 
@@ -254,7 +254,7 @@ RPM_CASES = [
 @pytest.mark.parametrize("left, right, expected", RPM_CASES)
 def test_rpm_rule_examples(left, right, expected):
     assert rpm_compare(left, right) == expected
-    assert rpm_compare(right, left) == -expected
+    assert rpm_compare(right, left) == -expected  # pylint: disable=arguments-out-of-order
     assert compare_versions(left, right, scheme="rpm") == expected
 
 
