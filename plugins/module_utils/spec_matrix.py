@@ -301,7 +301,12 @@ def _validate_profile(check, profile, path):
             if isinstance(value, str) and value.strip() in PACKAGE_STATES:
                 packages[str(key)] = value.strip()
             else:
-                packages[str(key)] = check.constraint(value, key_path(where, key), "version")
+                constraint = check.constraint(value, key_path(where, key), "version")
+                if constraint is not None and _has_v_prefix(constraint):
+                    check.error(key_path(where, key), "package versions have no 'v' prefix (%s); the package "
+                                "manager would compare the 'v' as a letter. Fix: drop the 'v'" % constraint.text)
+                    continue
+                packages[str(key)] = constraint
         result["packages"] = packages
     if "services" in profile:
         where = path + ".services"
@@ -321,6 +326,14 @@ def _validate_profile(check, profile, path):
             services[str(key)] = states
         result["services"] = services
     return result
+
+
+def _has_v_prefix(constraint):
+    if constraint.kind == "exact" and isinstance(constraint.value, str):
+        texts = [constraint.value]
+    else:
+        texts = [version.original for dummy, version in constraint.comparisons]
+    return any(text[:1] in ("v", "V") and text[1:2].isdigit() for text in texts)
 
 
 def _mode_value(check, value, path):

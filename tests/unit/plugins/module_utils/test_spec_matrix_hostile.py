@@ -197,6 +197,13 @@ def test_version_fields_need_versions(profile, path):
     assert len(errors) == 1 and errors[0].startswith(path + ": bad constraint") and "not a version" in errors[0]
 
 
+@pytest.mark.parametrize("value", ["v1.7.22", ">=v1.7, <2", ">=1.7, <V2"])
+def test_package_versions_have_no_v_prefix(value):
+    errors = errors_of({"profiles": {"p": {"packages": {"containerd": value}}}})
+    assert errors == ["profiles.p.packages.containerd: package versions have no 'v' prefix (%s); the package "
+                      "manager would compare the 'v' as a letter. Fix: drop the 'v'" % value]
+
+
 def test_compatibility_rows_need_versions():
     errors = errors_of({"compatibility_extra": [{"kubernetes": "1.36", "driver": "580.*"}]})
     assert errors[0].startswith("compatibility_extra[0].driver: bad constraint '580.*'")
