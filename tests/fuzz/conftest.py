@@ -6,7 +6,8 @@
   (no wall-clock limits: effort is measured in executed lines, see
   ``_bounds.py``), derandomised so a run is reproducible;
   ``FUZZ_EXAMPLES=<n>`` raises ``max_examples`` for a long run, and
-  ``FUZZ_SEED=<n>`` picks another fixed seed.
+  ``FUZZ_RANDOM=1`` explores with fresh random seeds (Hypothesis prints how
+  to reproduce a failure; ``pytest --hypothesis-seed=<n>`` replays a seed).
 """
 import os
 import sys
@@ -43,7 +44,7 @@ settings.register_profile(
     "fuzz",
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),
     deadline=None,
-    derandomize="FUZZ_SEED" not in os.environ,
+    derandomize=not os.environ.get("FUZZ_RANDOM"),
     database=None,
     print_blob=True,
     # the tracer in _bounds.py and Hypothesis's explain phase both want sys.settrace
