@@ -17,14 +17,15 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean
+.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-test: setup ## everything: setup, build check, unit, integration, sanity, lint, molecule (prints each suite's wall time)
+test: setup ## everything: setup, build check, unit, fuzz, integration, sanity, lint, molecule (prints each suite's wall time)
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
+	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
 	@tests/tools/timed integration $(MAKE) --no-print-directory integration
 	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
 	@tests/tools/timed lint $(MAKE) --no-print-directory lint
@@ -60,6 +61,9 @@ unit: venv collection-link ## pytest tests/unit
 
 integration: venv collection-link ## pytest tests/integration (roles run by ansible-playbook against the stand-ins)
 	$(BIN)/pytest -q tests/integration
+
+fuzz: venv collection-link ## pytest tests/fuzz (property-based; FUZZ_EXAMPLES=n for a longer run)
+	$(BIN)/pytest -q tests/fuzz
 
 sanity: venv ## ansible-test sanity in a copy placed under ansible_collections/
 	@tests/tools/run-sanity.sh

@@ -54,6 +54,21 @@ def _hosts(data):
                              "or a mapping of host to result; got %s" % type(data).__name__)
 
 
+def _check_shapes(hosts):
+    """Refuse malformed results with the path of the offending value (not a raw AttributeError)."""
+    for host, result in hosts:
+        where = "%s." % host if host is not None else ""
+        summary = result.get("summary")
+        if summary is not None and not isinstance(summary, dict):
+            raise AnsibleFilterError("spec_matrix_report: %ssummary must be a mapping of status to count, got %s"
+                                     % (where, type(summary).__name__))
+        for index, item in enumerate(result.get("results") or []):
+            if not isinstance(item, dict):
+                raise AnsibleFilterError(
+                    "spec_matrix_report: %sresults[%d] must be a mapping with check, name, expected, actual, "
+                    "status, note, got %s" % (where, index, type(item).__name__))
+
+
 def _text(value):
     if value is None:
         return "-"
@@ -105,6 +120,7 @@ def spec_matrix_report(data, format="markdown", only_problems=False, summary=Tru
     if format not in ("markdown", "text"):
         raise AnsibleFilterError("spec_matrix_report: format must be markdown or text, got %r" % (format,))
     hosts = _hosts(data)
+    _check_shapes(hosts)
     many = len(hosts) > 1 or any(entry[0] is not None for entry in hosts)
     columns = [c for c in _COLUMNS if (c != "host" or many)]
     rows = _rows(hosts, only_problems)

@@ -24,6 +24,7 @@ __metaclass__ = type
 
 import os
 import re
+import stat
 import subprocess
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
@@ -52,6 +53,12 @@ _DRIVER_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)
 _CTK_VERSION_RE = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.I)
 _KUBELET_VERSION_RE = re.compile(r"Kubernetes\s+(v?\d[\w.+~-]*)")
 _SERVICE_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState")
+
+#: Limits on sysctl keys (hostile input): a key names a file under /proc/sys.
+SYSCTL_MAX_KEY_LENGTH = 255
+SYSCTL_MAX_PARTS = 16
+#: Bytes read from one /proc/sys file (values are a line; the largest is a few KiB).
+SYSCTL_MAX_BYTES = 65536
 
 
 def default_run_command(argv, timeout=None):
@@ -104,6 +111,39 @@ def _pending_state(value):
     if isinstance(value, dict) and value.get("pending") is not None:
         return str(value["pending"]).strip().lower()
     return None
+
+
+def sysctl_relative_path(key):
+    """The path components under /proc/sys that ``key`` names; raises ``ValueError``.
+
+    ``vm.max_map_count`` -> ``["vm", "max_map_count"]``; a key containing
+    ``/`` is read as a path (``net/ipv4/conf/eth0.100/forwarding``), as
+    sysctl(8) does.  Refused: not a string, empty, longer than
+    :data:`SYSCTL_MAX_KEY_LENGTH`, more than :data:`SYSCTL_MAX_PARTS`
+    components, ``..`` anywhere, an absolute path, an empty component,
+    backslashes, whitespace, NUL, newlines or other control characters.
+    """
+    if not isinstance(key, str):
+        raise ValueError("a sysctl key must be a string, got %s" % type(key).__name__)
+    if not key:
+        raise ValueError("empty sysctl key")
+    if len(key) > SYSCTL_MAX_KEY_LENGTH:
+        raise ValueError("sysctl key longer than %d characters" % SYSCTL_MAX_KEY_LENGTH)
+    bad = [char for char in key if char == "\\" or char.isspace() or ord(char) < 0x20 or ord(char) == 0x7F]
+    if bad:
+        raise ValueError("sysctl key %r contains %r; a key is a name under /proc/sys such as vm.max_map_count"
+                         % (key, bad[0]))
+    if ".." in key:
+        raise ValueError("sysctl key %r contains '..'; a key names a file under /proc/sys" % key)
+    if key.startswith("/"):
+        raise ValueError("sysctl key %r is an absolute path; write it relative to /proc/sys (vm.max_map_count)"
+                         % key)
+    parts = key.split("/") if "/" in key else key.split(".")
+    if any(part in ("", ".") for part in parts):
+        raise ValueError("sysctl key %r has an empty component" % key)
+    if len(parts) > SYSCTL_MAX_PARTS:
+        raise ValueError("sysctl key %r has more than %d components" % (key, SYSCTL_MAX_PARTS))
+    return parts
 
 
 def parse_os_release(text):
@@ -333,19 +373,59 @@ class NodeFacts:
         return False
 
     def sysctl(self):
-        """``{key: value}`` for the wanted keys; unreadable keys map to ``None``."""
+        """``{key: value}`` for the wanted keys; unreadable keys map to ``None``.
+
+        Only files under ``/proc/sys`` are read: a key that is not a sysctl
+        name (:func:`sysctl_relative_path`) or that resolves outside
+        ``/proc/sys`` (a symbolic link leaving it) is refused, with a note,
+        and nothing is read for it.
+        """
         def produce():
             values = {}
             for key in sorted(self._wanted_sysctl):
-                relative = key.replace(".", "/") if "/" not in key else key
-                text = self._read("/proc/sys/" + relative.lstrip("/"))
-                if text is None:
+                values[key] = None
+                try:
+                    parts = sysctl_relative_path(key)
+                except ValueError as exc:
+                    self.notes["sysctl." + key] = "refused: %s" % exc
+                    continue
+                text, problem = self._read_proc_sys(parts)
+                if problem:
+                    self.notes["sysctl." + key] = "refused: %s" % problem
+                elif text is None:
                     self._missing("sysctl." + key, "no such key under /proc/sys")
-                    values[key] = None
                 else:
                     values[key] = " ".join(text.split())
             return values
         return self._cached("sysctl", produce)
+
+    def _read_proc_sys(self, parts):
+        """``(text or None, refusal or None)`` for ``/proc/sys/<parts>`` under root.
+
+        The real path must stay inside ``/proc/sys``; the file is opened
+        without following a final symbolic link, must be a regular file, and
+        at most :data:`SYSCTL_MAX_BYTES` are read.
+        """
+        base = os.path.realpath(self._path("/proc/sys"))
+        wanted = os.path.join(base, *parts)
+        real = os.path.realpath(wanted)
+        if not real.startswith(base + os.sep):
+            if os.path.lexists(wanted):
+                return None, "/proc/sys/%s leads outside /proc/sys" % "/".join(parts)
+            return None, None
+        try:
+            descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None, None
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                return None, "/proc/sys/%s is not a regular file" % "/".join(parts)
+            data = os.read(descriptor, SYSCTL_MAX_BYTES)
+        except OSError:
+            return None, None
+        finally:
+            os.close(descriptor)
+        return data.decode("utf-8", "replace"), None
 
     def packages(self):
         """``{name: version or None}`` for wanted packages (dpkg status, else one rpm call)."""
@@ -370,6 +450,14 @@ class NodeFacts:
                     found[words[0]] = version
             return dict((name, found.get(name)) for name in names)
         return self._cached("packages", produce)
+
+    def package_scheme(self):
+        """The version rule of the package database read: ``dpkg``, ``rpm``, or ``None`` without one.
+
+        (``versions`` compares package versions with this rule.)
+        """
+        self.packages()
+        return self._cache.get("package_manager")
 
     def services(self):
         """``{unit: {load_state, active_state, sub_state, unit_file_state}}`` for wanted units."""

@@ -23,7 +23,7 @@ __metaclass__ = type
 
 import copy
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import unit_name
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import sysctl_relative_path, unit_name
 from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import (
     ConstraintError,
     Version,
@@ -33,16 +33,35 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import (
 
 MATRIX_VERSION = 1
 
-#: Kubernetes / NVIDIA version compatibility, from an operator's guide dated
-#: March 2026 (docs/spec_matrix.md).  Rows are tried in order; the first whose
-#: ``kubernetes`` constraint holds for the node's kubelet applies.
+#: Kubernetes / NVIDIA version compatibility.  Rows are tried in order; the
+#: first whose ``kubernetes`` constraint holds for the node's kubelet applies.
+#:
+#: Sources, per column:
+#:
+#: * device_plugin: the NVIDIA k8s-device-plugin README ("Prerequisites":
+#:   Kubernetes >= 1.10; "Versioning": with Kubernetes >= 1.10 any plugin
+#:   version > v0.0.0 can be deployed, the v1beta1 device plugin API).  The
+#:   plugin states no Kubernetes ceiling, so no row caps the plugin; the
+#:   floors are the operator's guide's (March 2026).  The collection's own
+#:   device_plugin_config default (sharedDevicesAllocationPolicy: packed)
+#:   needs plugin >= 0.20.0, which every row admits.
+#: * driver, container_toolkit: the operator's guide (March 2026) for 1.31 to
+#:   1.33.  For 1.34 and 1.35 no NVIDIA statement ties these to a Kubernetes
+#:   release: the 1.33 floors are carried forward, and the row's ``source``
+#:   says so.
 DEFAULT_COMPATIBILITY = [
-    {"kubernetes": "1.33", "device_plugin": "0.17", "driver": ">=550", "container_toolkit": ">=1.17",
-     "source": "operator's guide, March 2026"},
-    {"kubernetes": "1.32", "device_plugin": ">=0.16, <0.18", "driver": ">=535", "container_toolkit": ">=1.16",
-     "source": "operator's guide, March 2026"},
-    {"kubernetes": "1.31", "device_plugin": ">=0.15, <0.18", "driver": ">=535", "container_toolkit": ">=1.15",
-     "source": "operator's guide, March 2026"},
+    {"kubernetes": "1.35", "device_plugin": ">=0.17", "driver": ">=550", "container_toolkit": ">=1.17",
+     "source": "device plugin: k8s-device-plugin README (Kubernetes >= 1.10, no ceiling); driver and toolkit: "
+               "1.33 floors carried forward (no NVIDIA statement per Kubernetes release)"},
+    {"kubernetes": "1.34", "device_plugin": ">=0.17", "driver": ">=550", "container_toolkit": ">=1.17",
+     "source": "device plugin: k8s-device-plugin README (Kubernetes >= 1.10, no ceiling); driver and toolkit: "
+               "1.33 floors carried forward (no NVIDIA statement per Kubernetes release)"},
+    {"kubernetes": "1.33", "device_plugin": ">=0.17", "driver": ">=550", "container_toolkit": ">=1.17",
+     "source": "operator's guide, March 2026; device plugin ceiling dropped per k8s-device-plugin README"},
+    {"kubernetes": "1.32", "device_plugin": ">=0.16", "driver": ">=535", "container_toolkit": ">=1.16",
+     "source": "operator's guide, March 2026; device plugin ceiling dropped per k8s-device-plugin README"},
+    {"kubernetes": "1.31", "device_plugin": ">=0.15", "driver": ">=535", "container_toolkit": ">=1.15",
+     "source": "operator's guide, March 2026; device plugin ceiling dropped per k8s-device-plugin README"},
 ]
 
 #: Order in which sections are judged and reported.
@@ -61,6 +80,22 @@ _VERSION_SECTION_KEYS = {
     "device_plugin": ("version",),
     "kubernetes": ("version", "compatibility"),
     "gpu": ("count", "product", "persistence_mode", "ecc_mode", "mig_mode", "memory_total_mib"),
+}
+#: What each profile value is compared with (``versions.parse_constraint``'s ``kind``);
+#: anything not listed is ``text``.
+FIELD_KINDS = {
+    ("os", "version"): "version",
+    ("kernel", "release"): "version",
+    ("driver", "version"): "version",
+    ("cuda", "version"): "version",
+    ("container_toolkit", "version"): "version",
+    ("containerd", "version"): "version",
+    ("device_plugin", "version"): "version",
+    ("kubernetes", "version"): "version",
+    ("gpu", "count"): "count",
+    ("gpu", "memory_total_mib"): "count",
+    ("match", "gpu_count"): "count",
+    ("match", "os_version"): "version",
 }
 PROFILE_KEYS = ("description", "match") + tuple(_VERSION_SECTION_KEYS) + ("kernel_modules", "sysctl", "packages",
                                                                           "services")
@@ -92,6 +127,20 @@ def _type_name(value):
             float: "number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
+def key_path(path, key):
+    """``path.key`` for error messages; odd keys (empty, control characters, not text) as ``path[repr]``.
+
+    A key is cut to 80 characters so a hostile key cannot flood the message.
+    """
+    if isinstance(key, str) and key and key.isprintable() and not any(c.isspace() for c in key):
+        text = "%s.%s" % (path, key) if path else key
+    elif isinstance(key, int) and not isinstance(key, bool):
+        text = "%s.%d" % (path, key) if path else str(key)
+    else:
+        text = "%s[%r]" % (path, key)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 class _Validator:
     def __init__(self):
         self.errors = []
@@ -106,18 +155,18 @@ class _Validator:
         if allowed is not None:
             for key in value:
                 if key not in allowed:
-                    self.error("%s.%s" % (path, key) if path else str(key),
+                    self.error(key_path(path, key),
                                "unknown key; allowed: %s" % ", ".join(allowed))
         return value
 
-    def constraint(self, value, path):
+    def constraint(self, value, path, kind="text"):
         if isinstance(value, float):
             # YAML reads an unquoted 12.10 as 12.1: refuse rather than compare the wrong version.
             self.error(path, "%r is a YAML number, not text; quote it (\"%s\") so it is compared as written"
                        % (value, value))
             return None
         try:
-            return parse_constraint(value, path)
+            return parse_constraint(value, path, kind)
         except ConstraintError as exc:
             self.errors.append("%s: %s" % (path, exc))
             return None
@@ -147,7 +196,7 @@ def validate_matrix(matrix):
     raw_profiles = top.get("profiles")
     if raw_profiles is not None:
         for name, profile in check.mapping(raw_profiles, "profiles").items():
-            profiles[str(name)] = _validate_profile(check, profile, "profiles.%s" % name)
+            profiles[str(name)] = _validate_profile(check, profile, key_path("profiles", name))
     table = []
     for key in ("compatibility_extra", "compatibility"):
         if key not in top:
@@ -181,7 +230,7 @@ def _validate_row(check, row, path):
     for key in COMPATIBILITY_KEYS:
         if key == "source" or key not in row:
             continue
-        constraints[key] = check.constraint(row[key], "%s.%s" % (path, key))
+        constraints[key] = check.constraint(row[key], "%s.%s" % (path, key), "version")
     source = row.get("source")
     if source is not None and not isinstance(source, str):
         check.error("%s.source" % path, "expected a string, got %s" % _type_name(source))
@@ -197,8 +246,9 @@ def _validate_profile(check, profile, path):
         match = check.mapping(profile["match"], path + ".match", MATCH_KEYS)
         if isinstance(profile["match"], dict) and not profile["match"]:
             check.error(path + ".match", "empty match; remove it or name at least one of %s" % ", ".join(MATCH_KEYS))
-        result["match"] = dict((key, check.constraint(value, "%s.match.%s" % (path, key)))
-                               for key, value in match.items() if key in MATCH_KEYS)
+        result["match"] = dict(
+            (key, check.constraint(value, "%s.match.%s" % (path, key), FIELD_KINDS.get(("match", key), "text")))
+            for key, value in match.items() if key in MATCH_KEYS)
     for section, keys in _VERSION_SECTION_KEYS.items():
         if section not in profile:
             continue
@@ -217,7 +267,7 @@ def _validate_profile(check, profile, path):
                 value = _mode_value(check, value, "%s.%s" % (where, key))
                 if value is None:
                     continue
-            parsed[key] = check.constraint(value, "%s.%s" % (where, key))
+            parsed[key] = check.constraint(value, "%s.%s" % (where, key), FIELD_KINDS.get((section, key), "text"))
         result[section] = parsed
     if "kernel_modules" in profile:
         where = path + ".kernel_modules"
@@ -233,8 +283,16 @@ def _validate_profile(check, profile, path):
     if "sysctl" in profile:
         where = path + ".sysctl"
         body = check.mapping(profile["sysctl"], where)
-        result["sysctl"] = dict((str(key), check.constraint(value, "%s.%s" % (where, key)))
-                                for key, value in body.items())
+        sysctl = {}
+        for key, value in body.items():
+            try:
+                sysctl_relative_path(key)
+            except ValueError as exc:
+                check.error(key_path(where, key),
+                            "%s. Fix: name a sysctl as sysctl(8) does (vm.max_map_count)" % exc)
+                continue
+            sysctl[key] = check.constraint(value, key_path(where, key))
+        result["sysctl"] = sysctl
     if "packages" in profile:
         where = path + ".packages"
         body = check.mapping(profile["packages"], where)
@@ -243,7 +301,12 @@ def _validate_profile(check, profile, path):
             if isinstance(value, str) and value.strip() in PACKAGE_STATES:
                 packages[str(key)] = value.strip()
             else:
-                packages[str(key)] = check.constraint(value, "%s.%s" % (where, key))
+                constraint = check.constraint(value, key_path(where, key), "version")
+                if constraint is not None and _has_v_prefix(constraint):
+                    check.error(key_path(where, key), "package versions have no 'v' prefix (%s); the package "
+                                "manager would compare the 'v' as a letter. Fix: drop the 'v'" % constraint.text)
+                    continue
+                packages[str(key)] = constraint
         result["packages"] = packages
     if "services" in profile:
         where = path + ".services"
@@ -253,16 +316,24 @@ def _validate_profile(check, profile, path):
             states = value if isinstance(value, list) else [value]
             bad = [s for s in states if not isinstance(s, str) or s.strip() not in SERVICE_STATES]
             if bad or not states:
-                check.error("%s.%s" % (where, key), "unknown service state %r; use one of %s (or a list of them)"
+                check.error(key_path(where, key), "unknown service state %r; use one of %s (or a list of them)"
                             % (value, ", ".join(SERVICE_STATES)))
                 continue
             states = [s.strip() for s in states]
             for first, second in (("running", "stopped"), ("enabled", "disabled"), ("present", "absent")):
                 if first in states and second in states:
-                    check.error("%s.%s" % (where, key), "states %s and %s contradict each other" % (first, second))
+                    check.error(key_path(where, key), "states %s and %s contradict each other" % (first, second))
             services[str(key)] = states
         result["services"] = services
     return result
+
+
+def _has_v_prefix(constraint):
+    if constraint.kind == "exact" and isinstance(constraint.value, str):
+        texts = [constraint.value]
+    else:
+        texts = [version.original for dummy, version in constraint.comparisons]
+    return any(text[:1] in ("v", "V") and text[1:2].isdigit() for text in texts)
 
 
 def _mode_value(check, value, path):
@@ -345,12 +416,20 @@ def _result(check, name, expected, actual, status, note=None):
     return {"check": check, "name": name, "expected": expected, "actual": actual, "status": status, "note": note}
 
 
-def _judge_value(check, name, constraint, actual, facts, absent_key, note_key=None):
+def _toolkit_scheme(facts):
+    """``tool`` for ``nvidia-ctk --version``; the package database's rule for a package version."""
+    source = facts.container_toolkit().get("source") or ""
+    if source.startswith("package"):
+        return facts.package_scheme() or "tool"
+    return "tool"
+
+
+def _judge_value(check, name, constraint, actual, facts, absent_key, note_key=None, scheme="tool"):
     note = facts.notes.get(note_key or absent_key)
     if actual is None:
         status = "fail" if absent_key in facts.absent else "unknown"
         return _result(check, name, constraint.text, None, status, note)
-    status = "pass" if constraint.matches(actual) else "fail"
+    status = "pass" if constraint.matches(actual, scheme) else "fail"
     return _result(check, name, constraint.text, actual, status, note if status != "pass" else None)
 
 
@@ -379,11 +458,13 @@ def _judge_os(section, facts):
     return results
 
 
-def _judge_single(check, key, getter, absent_key=None):
+def _judge_single(check, key, getter, absent_key=None, scheme=None):
     def judge(section, facts):
         if key not in section:
             return []
-        return [_judge_value(check, key, section[key], getter(facts), facts, absent_key or check)]
+        actual = getter(facts)
+        return [_judge_value(check, key, section[key], actual, facts, absent_key or check,
+                             scheme=scheme(facts) if scheme else "tool")]
     return judge
 
 
@@ -428,6 +509,7 @@ def _judge_sysctl(section, facts):
 
 def _judge_packages(section, facts):
     versions = facts.packages()
+    scheme = facts.package_scheme() or "tool"
     known = "packages" not in facts.notes
     results = []
     for name, wanted in section.items():
@@ -444,7 +526,7 @@ def _judge_packages(section, facts):
         elif actual is None:
             results.append(_result("packages", name, wanted.text, None, "fail", "not installed"))
         else:
-            status = "pass" if wanted.matches(actual) else "fail"
+            status = "pass" if wanted.matches(actual, scheme) else "fail"
             results.append(_result("packages", name, wanted.text, actual, status))
     return results
 
@@ -557,7 +639,8 @@ _JUDGES = {
     "kernel": _judge_single("kernel", "release", lambda f: f.kernel_release()),
     "driver": _judge_driver,
     "cuda": _judge_cuda,
-    "container_toolkit": _judge_single("container_toolkit", "version", lambda f: f.container_toolkit()["version"]),
+    "container_toolkit": _judge_single("container_toolkit", "version", lambda f: f.container_toolkit()["version"],
+                                       scheme=_toolkit_scheme),
     "containerd": _judge_single("containerd", "version", lambda f: f.containerd_version()),
     "kubernetes": _judge_single("kubernetes", "version", lambda f: f.kubelet_version(), "kubelet"),
     "kernel_modules": _judge_kernel_modules,
@@ -622,10 +705,12 @@ def judge_compatibility(table, facts, profile):
         if constraint is None:
             continue
         note = "row %s" % label
+        scheme = "tool"
         if component == "driver":
             actual, absent_key, note_key = facts.driver_version(), "driver", "driver"
         elif component == "container_toolkit":
             actual, absent_key, note_key = facts.container_toolkit()["version"], "container_toolkit", None
+            scheme = _toolkit_scheme(facts)
         elif component == "containerd":
             actual, absent_key, note_key = facts.containerd_version(), "containerd", None
         elif component == "cuda":
@@ -647,7 +732,7 @@ def judge_compatibility(table, facts, profile):
                                    "%s; %s" % (note, reason) if reason else note))
             continue
         results.append(_result("compatibility", component, constraint.text, actual,
-                               "pass" if constraint.matches(actual) else "fail", note))
+                               "pass" if constraint.matches(actual, scheme) else "fail", note))
     return results
 
 

@@ -41,6 +41,17 @@ options:
       - Values are constraints, an exact version or value (a version also matches versions in its series,
         V(1.33) matches V(1.33.2)), a comma-separated list of comparisons such as V(>=5.15.0-100, <5.16)
         with the operators C(>=), C(>), C(<=), C(<), C(==), C(!=), or V(/regex/).
+      - Version items (C(kernel.release), C(driver.version), C(packages.*), compatibility rows...) need versions
+        (V(550.*.*) is refused; a version matches its series, or use comparisons); counts (C(gpu.count),
+        C(gpu.memory_total_mib), C(match.gpu_count)) need whole numbers, as integers or text such as V("8"),
+        never booleans.
+      - Package versions compare exactly as the node's package manager does (dpkg's order on dpkg systems, rpm's
+        C(rpm.vercmp) on rpm systems); versions printed by tools (kernel release, driver, CUDA, nvidia-ctk,
+        containerd, kubelet) compare with dpkg's order after dropping a leading C(v), a kernel flavour and SemVer
+        build metadata. The table in C(docs/spec_matrix.md) says which rule applies to which item.
+      - A C(sysctl) key names a file under C(/proc/sys) (V(vm.max_map_count)); keys with C(..), an absolute path,
+        an empty component, a backslash, whitespace or control characters are refused. On the node a file whose
+        real path leaves C(/proc/sys) is not read.
       - Unknown keys and malformed constraints fail the task, naming their path
         (for example C(profiles.h100-serving.sysctl_typo)), before anything is collected.
     type: dict
@@ -225,7 +236,8 @@ compatibility:
   type: list
   elements: dict
   sample:
-    - {kubernetes: "1.33", device_plugin: "0.17", driver: ">=550", container_toolkit: ">=1.17"}
+    - {kubernetes: "1.33", device_plugin: ">=0.17", driver: ">=550", container_toolkit: ">=1.17",
+       source: "operator's guide, March 2026; device plugin ceiling dropped per k8s-device-plugin README"}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Prepare this Debian machine to run the test suites (idempotent, needs root):
 # Debian packages for podman test hosts (plus shellcheck for sanity and
-# promtool for the alert-rule tests), and the podman configuration that
+# promtool for the alert-rule tests, rpm as the reference for the version
+# rules), apt lists (the dpkg reference test draws versions from them), and the podman configuration that
 # works on hosts with hybrid cgroups (runc + cgroupfs) and tight rlimits.
 set -euo pipefail
 
-packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck prometheus gcc libc6-dev)
+packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck prometheus gcc libc6-dev rpm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,6 +20,13 @@ if ((${#missing[@]})); then
   if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true
   fi
+fi
+
+# tests/unit/.../test_versions_reference.py compares dpkg's order on the
+# versions in the apt lists: make sure there are lists.
+if ! compgen -G '/var/lib/apt/lists/*Packages*' >/dev/null; then
+  if [[ $(id -u) -ne 0 ]]; then echo "need root to run apt-get update" >&2; exit 1; fi
+  apt-get update -qq
 fi
 
 conf=/etc/containers/containers.conf

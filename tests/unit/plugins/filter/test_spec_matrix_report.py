@@ -94,3 +94,20 @@ def test_bad_input(data, kwargs, message):
     with pytest.raises(AnsibleFilterError) as info:
         spec_matrix_report(data, **kwargs)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("data, message", [
+    # issue #10 item 9: these raised "'int' object has no attribute 'get'" / "'str' object has no attribute 'get'"
+    ({"results": [1, 2], "summary": {}}, "results[0] must be a mapping with check, name"),
+    ({"results": [], "summary": "x"}, "summary must be a mapping of status to count, got str"),
+    ({"results": [{"check": "os", "name": "id", "status": "pass"}], "summary": ["x"]},
+     "summary must be a mapping of status to count, got list"),
+    ({"gpu-a01": {"results": [{"check": "os", "status": "pass"}, "oops"], "summary": {}}},
+     "gpu-a01.results[1] must be a mapping"),
+    ([{"key": "gpu-b01", "value": {"results": [None], "summary": {}}}], "gpu-b01.results[0] must be a mapping"),
+])
+def test_malformed_results_name_the_path(data, message):
+    with pytest.raises(AnsibleFilterError) as info:
+        spec_matrix_report(data)
+    assert message in str(info.value)
+    assert "spec_matrix_report: " in str(info.value)

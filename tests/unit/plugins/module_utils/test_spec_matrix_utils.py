@@ -55,7 +55,7 @@ def test_profile_order_is_kept():
     ({"profiles": {"p": {"match": {"gpu_name": "x"}}}},
      "profiles.p.match.gpu_name: unknown key; allowed: gpu_product, gpu_count, os_id, os_version, hostname"),
     ({"profiles": {"p": {"match": {"gpu_count": ">=x"}}}},
-     "profiles.p.match.gpu_count: bad constraint '>=x' at profiles.p.match.gpu_count: 'x' is not a version"),
+     "profiles.p.match.gpu_count: bad constraint '>=x' at profiles.p.match.gpu_count: 'x' is not a whole number"),
     ({"profiles": {"p": {"kernel": "5.15"}}}, "profiles.p.kernel: expected a mapping, got string"),
     ({"profiles": {"p": {"kernel": {"version": "5.15"}}}}, "profiles.p.kernel.version: unknown key; allowed: release"),
     ({"profiles": {"p": {"kernel": {"release": "=>5.15"}}}},
@@ -138,13 +138,14 @@ def test_user_matrix_is_not_modified():
 # ---- compatibility table -----------------------------------------------------
 def test_default_table_is_the_brief():
     table = sm.validate_matrix({})["compatibility"]
-    assert [row["row"]["kubernetes"] for row in table] == ["1.33", "1.32", "1.31"]
-    assert sm.public_compatibility(table)[0]["driver"] == ">=550"
+    assert [row["row"]["kubernetes"] for row in table] == ["1.35", "1.34", "1.33", "1.32", "1.31"]
+    assert sm.public_compatibility(table)[2]["driver"] == ">=550"
+    assert all(row["row"]["source"] for row in table)
 
 
 @pytest.mark.parametrize("kubelet, row", [
     ("1.33.2", "1.33"), ("v1.33.0", "1.33"), ("1.32.9", "1.32"), ("1.31.0", "1.31"),
-    ("1.30.5", None), ("1.34.0", None), ("1.3", None), (None, None),
+    ("1.30.5", None), ("1.34.0", "1.34"), ("1.35.1", "1.35"), ("1.36.0", None), ("1.3", None), (None, None),
 ])
 def test_lookup_in_the_default_table(kubelet, row):
     found = sm.find_compatibility_row(sm.validate_matrix({})["compatibility"], kubelet)
@@ -153,7 +154,8 @@ def test_lookup_in_the_default_table(kubelet, row):
 
 def test_rows_can_be_added_in_front_or_the_table_replaced():
     extra = sm.validate_matrix({"compatibility_extra": [{"kubernetes": ">=1.34, <1.35", "driver": ">=570"}]})
-    assert [r["row"]["kubernetes"] for r in extra["compatibility"]] == [">=1.34, <1.35", "1.33", "1.32", "1.31"]
+    assert [r["row"]["kubernetes"] for r in extra["compatibility"]] == [
+        ">=1.34, <1.35", "1.35", "1.34", "1.33", "1.32", "1.31"]
     assert sm.find_compatibility_row(extra["compatibility"], "1.34.1")["row"]["driver"] == ">=570"
     replaced = sm.validate_matrix({"compatibility": [{"kubernetes": "/^1\\.3[0-3]\\./", "driver": ">=535"}]})
     assert len(replaced["compatibility"]) == 1
@@ -188,7 +190,7 @@ def test_compatibility_failures_name_the_row(h100_root):
     assert results["compatibility.container_toolkit"]["actual"] == "1.16.2"
     assert results["compatibility.device_plugin"]["status"] == "fail"
     assert sm.drift_line(results["compatibility.device_plugin"]) == (
-        "compatibility.device_plugin: expected 0.17, got 0.16.2 (row kubernetes 1.33; declared in profile)")
+        "compatibility.device_plugin: expected >=0.17, got 0.16.2 (row kubernetes 1.33; declared in profile)")
 
 
 def test_no_row_applies(h100_root):
@@ -197,7 +199,7 @@ def test_no_row_applies(h100_root):
     results = sm.judge_compatibility(table, facts, {})
     assert results == [{"check": "compatibility", "name": "row", "expected": "a row for the node's Kubernetes version",
                         "actual": None, "status": "fail",
-                        "note": "no row covers kubernetes 1.29.4 (rows: 1.33, 1.32, 1.31)"}]
+                        "note": "no row covers kubernetes 1.29.4 (rows: 1.35, 1.34, 1.33, 1.32, 1.31)"}]
 
 
 def test_compatibility_without_kubelet_or_declared_plugin(h100_root, nogpu_root):

@@ -183,3 +183,74 @@ def test_constraint_error_without_path_and_relocated():
     error = ConstraintError(">=x", "'x' is not a version")
     assert str(error) == "bad constraint '>=x': 'x' is not a version"
     assert str(error.at("a.b")) == "bad constraint '>=x' at a.b: 'x' is not a version"
+
+
+# ---- schemes (issue #11) and limits (issue #10) ------------------------------------
+from ansible_collections.gpu_native.fleet.plugins.module_utils import versions as versions_module  # noqa: E402
+
+
+def test_the_tool_rule_is_the_default_and_is_not_the_package_rule():
+    # the three pairs of issue #11: the tool rule (SemVer build metadata dropped) disagrees with dpkg
+    assert compare_versions("5.5.0-1", "5.5.0+dfsg-2") == 1
+    assert compare_versions("5.5.0-1", "5.5.0+dfsg-2", scheme="dpkg") == -1
+    assert "tool" in compare_versions.__doc__ and "dpkg" in compare_versions.__doc__
+    with pytest.raises(ValueError):
+        compare_versions("1", "2", scheme="semver")
+
+
+def test_versions_of_each_scheme():
+    assert repr(Version("1:1.0-1", "dpkg")) == "Version('1:1.0-1', scheme='dpkg')"
+    assert Version("1.0", "dpkg") == Version("1.0-0", "dpkg") == Version("1.00", "dpkg")
+    assert hash(Version("1.0", "dpkg")) == hash(Version("1.00-0", "dpkg"))
+    assert Version("1.0^git1", "rpm") > "1.0"
+    assert Version("2:1.0-1.el9", "rpm").epoch == 2
+    assert Version("1.0~rc1", "rpm").in_series("1.0")
+    assert Version("1:550.127.08-1", "dpkg").in_series("550.127.08")
+    assert not Version("1:550.127.08-1", "dpkg").in_series("2:550.127.08")
+    with pytest.raises(VersionError):
+        Version("1.0-", "dpkg")
+    with pytest.raises(VersionError):
+        Version("x:1.0", "dpkg")
+    with pytest.raises(VersionError):
+        Version("", "rpm")
+
+
+@pytest.mark.parametrize("actual, constraint, scheme, expected", [
+    ("5.5.0+dfsg-2", ">5.5.0-1", "dpkg", True),
+    ("5.5.0+dfsg-2", ">5.5.0-1", "tool", False),
+    ("3.9.1+dfsg-1", ">3.9.1-6", "dpkg", True),
+    ("0.6.0+dfsg-1", "<0.6.0+dfsg-6", "dpkg", True),
+    ("0.6.0+dfsg-1", "0.6.0", "dpkg", True),  # series
+    ("1.0^git1-1", ">1.0-1", "rpm", True),
+    ("1.0~rc1-1", "<1.0", "rpm", True),
+])
+def test_constraints_use_the_scheme_of_the_fact(actual, constraint, scheme, expected):
+    assert satisfies(actual, constraint, scheme) is expected
+
+
+@pytest.mark.parametrize("value, kind, reason", [
+    ("550.*.*", "version", "wildcards are not supported"),
+    (">=550.*", "text", "wildcards are not supported"),
+    ("latest", "version", "not a version"),
+    (True, "version", "expected a version, got a boolean"),
+    (True, "count", "got a boolean"),
+    ("eight", "count", "expected a whole number"),
+    (">=4.5", "count", "'4.5' is not a whole number"),
+    (1.5, "count", "expected a whole number"),
+    ("1" * 300, "version", "not a version"),
+    ("x" * 1100, "text", "longer than 1024 characters"),
+    (",".join([">=1"] * 17), "version", "more than 16 comparisons"),
+    ("/" + "a" * 600 + "/", "text", "regular expression longer than 512 characters"),
+    ("/(a*)*b/", "text", "nested repetition"),
+    ("/(?:x+y?)+$/", "text", "nested repetition"),
+])
+def test_kinds_and_limits(value, kind, reason):
+    with pytest.raises(ConstraintError) as info:
+        parse_constraint(value, "p.q", kind)
+    assert reason in str(info.value) and "at p.q" in str(info.value)
+
+
+def test_long_values_are_not_versions_and_regexes_see_a_bounded_prefix():
+    assert not is_version("1" * (versions_module.MAX_VERSION_LENGTH + 1))
+    assert not satisfies("1" * 1000, ">=1")
+    assert not satisfies("a" * (versions_module.MAX_MATCHED_TEXT + 10) + "END", "/END/")

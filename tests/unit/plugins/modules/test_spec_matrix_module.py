@@ -45,7 +45,7 @@ def test_compliant_node(monkeypatch, capsys, h100_root):
                                            "systemctl show --property=Id,LoadState,ActiveState,SubState,"
                                            "UnitFileState -- nvidia-fabricmanager.service "
                                            "nvidia-persistenced.service"]
-    assert [row["kubernetes"] for row in result["compatibility"]] == ["1.33", "1.32", "1.31"]
+    assert [row["kubernetes"] for row in result["compatibility"]] == ["1.35", "1.34", "1.33", "1.32", "1.31"]
 
 
 def test_drift_fails_with_one_line_and_full_results(monkeypatch, capsys, h100_root):
