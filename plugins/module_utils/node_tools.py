@@ -69,7 +69,9 @@ SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
 #: kernel module is not loaded or does not answer; the exit code varies.
 NO_DRIVER_MARKERS = (
     "couldn't communicate with the nvidia driver",
+    "could not communicate with the nvidia driver",
     "nvidia-smi has failed because",
+    "nvml: driver not loaded",
     "driver/library version mismatch",
 )
 
