@@ -54,6 +54,9 @@ DEFAULT_TIMEOUTS = {
     "nvidia-mig-parted": 600,
     "journalctl": 30,
     "dmesg": 15,
+    "dkms": 120,
+    "modinfo": 15,
+    "mokutil": 15,
 }
 FALLBACK_TIMEOUT = 30
 
@@ -387,16 +390,18 @@ def _no_driver_line(text):
 def _check_timeout(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NodeToolsError("%s must be a number of seconds, not %r. Fix: pass e.g. 30." % (name, value))
-    if not 0 < value <= 86400:
-        raise NodeToolsError("%s is %s. Fix: pass a number of seconds between 1 and 86400." % (name, value))
+    if not 0 < value <= 86400:  # also refuses NaN
+        raise NodeToolsError("%s is %g. Fix: pass a number of seconds above 0 and at most 86400." % (name, value))
 
 
 #: Options every tool-running module shares (see doc fragment node_tools).
-def argument_spec(default_timeout=None, tools=("nvidia_smi",)):
-    spec = {
-        "source": dict(type="str", choices=["live", "captured"], default="live"),
-        "command_timeout": dict(type="float", default=default_timeout),
-    }
+def argument_spec(default_timeout=None, tools=("nvidia_smi",), source=True):
+    """``source`` (unless ``source=False``), ``command_timeout`` and one path option per tool.
+
+    Modules with ``source`` add their own ``captured`` (its keys differ per module)."""
+    spec = {"command_timeout": dict(type="float", default=default_timeout)}
+    if source:
+        spec["source"] = dict(type="str", choices=["live", "captured"], default="live")
     for option in tools:
         spec[option] = dict(type="str", default=option.replace("_", "-"))
     return spec

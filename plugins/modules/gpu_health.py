@@ -33,6 +33,7 @@ description:
   - With O(source=captured) it judges a support bundle offline.
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
+  - gpu_native.fleet.node_tools.captured
 options:
   captured:
     description:

@@ -27,6 +27,7 @@ description:
     whether derived or given.
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
+  - gpu_native.fleet.node_tools.captured
 options:
   captured:
     description:
