@@ -273,7 +273,7 @@ class NodeTools(object):
     """
 
     def __init__(self, source="live", captured=None, paths=None, timeout=None, timeouts=None, path_dirs=None,
-                 runner=None):
+                 runner=None, finder=None):
         if source not in ("live", "captured"):
             raise NodeToolsError("source must be live or captured, not %r." % (source,))
         if timeout is not None:
@@ -290,6 +290,8 @@ class NodeTools(object):
         # ``runner(argv, timeout)`` -> (rc, out_bytes, err_bytes, timed_out,
         # truncated, duration); tests inject one to avoid real processes.
         self._runner = runner or run_process
+        # ``finder(name)`` -> path or None replaces the PATH lookup (tests).
+        self._finder = finder
         self.calls = []
 
     def timeout_for(self, tool, timeout=None):
@@ -301,6 +303,8 @@ class NodeTools(object):
         return self.timeouts.get(tool, FALLBACK_TIMEOUT)
 
     def which(self, tool):
+        if self._finder is not None:
+            return self._finder(self.paths.get(tool, tool))
         return find_tool(self.paths.get(tool, tool), self.path_dirs)
 
     def run(self, tool, args, capture_key=None, timeout=None, env_update=None):
