@@ -50,6 +50,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import
     parse_table,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+    LspciParseError,
     count_nvidia_gpus,
     nvidia_gpus,
     parse_lspci,
@@ -315,7 +316,10 @@ def _pci_devices(inputs):
     if inputs.get("pci_devices") is not None:
         return inputs["pci_devices"]
     if inputs.get("lspci") is not None:
-        return parse_lspci(inputs["lspci"])
+        try:
+            return parse_lspci(inputs["lspci"])
+        except LspciParseError as exc:
+            raise GpuHealthError("lspci cannot be read: %s. Fix: pass the output of lspci -nnD." % exc)
     return None
 
 
