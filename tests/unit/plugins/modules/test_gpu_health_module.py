@@ -169,13 +169,19 @@ def test_hostile_xml_is_a_quick_reason(capsys, doc):
     assert result["gpu_ready"] is False and "output is unreadable" in result["reasons"][0]
 
 
-def test_invalid_utf8_product_name(capsys):
-    """Issue #10.6: bytes \\xff\\xfe read by lookup('file') arrive as lone surrogates."""
+def test_invalid_utf8_product_name():
+    """Issue #10.6: bytes \\xff\\xfe read by lookup('file') arrive as lone surrogates.
+
+    Replayed through the module's own code path (runner, collect, evaluate): ansible-core 2.19's argument
+    decoder refuses such strings in some processes before main() runs, which would hide the module's answer."""
+    from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health as gh
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
     raw = text("constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt").encode("utf-8")
     xml = raw.replace(b"NVIDIA H100 80GB HBM3", b"NVIDIA \xff\xfe", 1).decode("utf-8", "surrogateescape")
-    result = run(capsys, {"source": "captured", "captured": {"nvidia_smi_xml": xml}})
-    assert not result.get("failed"), result.get("msg")
+    inputs, _sources = gh.collect(NodeTools(source="captured", captured={"nvidia_smi_xml": xml}))
+    result = gh.evaluate(inputs)
     assert result["gpus"][0]["product"] == "NVIDIA \ufffd\ufffd"
+    assert result["nvidia_smi_gpu_count"] == 8
 
 
 def test_garbage_capture_is_a_reason(capsys):
