@@ -352,17 +352,6 @@ CAPTURED_KEYS = ("nvidia_smi_xml", "nvidia_smi_query", "nvidia_smi", "lspci", "k
 TOOL_OPTIONS = ("nvidia_smi", "lspci")
 
 
-def _count(value):
-    """type=int, except that a boolean is not a count (``expected_gpus: true`` is not 1)."""
-    if isinstance(value, bool):
-        raise TypeError("a boolean is not a count")
-    if isinstance(value, float) and not value.is_integer():
-        raise TypeError("%r is not a whole number" % value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
-        raise TypeError("%r is not a count" % value)
-    return int(value)
-
-
 def main():
     argument_spec = node_tools.argument_spec(tools=TOOL_OPTIONS)
     argument_spec.update(
@@ -374,14 +363,14 @@ def main():
                 nvidia_smi=dict(type="str"),
                 lspci=dict(type="str"),
                 kernel_log=dict(type="str"),
-                device_plugin_count=dict(type=_count),
+                device_plugin_count=dict(type="int"),
             ),
         ),
         pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
         kernel_log=dict(type="str", default="auto"),
         xid_since=dict(type="str", default="24h"),
-        device_plugin_count=dict(type=_count),
-        expected_gpus=dict(type=_count),
+        device_plugin_count=dict(type="int"),
+        expected_gpus=dict(type="int"),
         xid_actions=dict(type="dict", default={}),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
