@@ -119,8 +119,8 @@ class ToolResult(object):
         if self.status == NOT_CAPTURED:
             return "%s output was not captured (%s)." % (name, self.detail)
         if self.status == NO_DRIVER:
-            return "%s could not communicate with the NVIDIA driver: %s" % (name, _one_line(self.detail or self.stdout
-                                                                                              or self.stderr))
+            cause = _one_line(self.detail or self.stdout or self.stderr)
+            return "%s could not communicate with the NVIDIA driver: %s" % (name, cause)
         if self.status == TIMEOUT:
             return "%s did not answer within %s s." % (name, _fmt_seconds(self.timeout_s))
         if self.status == FAILED:

@@ -185,8 +185,10 @@ RUNNER_FAILURES = [
 ]
 
 
-@pytest.mark.parametrize("body, status, note", RUNNER_FAILURES, ids=[f[1] if f[1] != "ok" else "garbage_xml"
-                                                                            for f in RUNNER_FAILURES])
+RUNNER_FAILURE_IDS = [f[1] if f[1] != "ok" else "garbage_xml" for f in RUNNER_FAILURES]
+
+
+@pytest.mark.parametrize("body, status, note", RUNNER_FAILURES, ids=RUNNER_FAILURE_IDS)
 def test_each_runner_failure_through_spec_matrix(monkeypatch, capsys, h100_root, tmp_path, body, status, note):
     """A stand-in nvidia-smi script per runner failure: the GPU items are judged, never a hang or a crash."""
     binary = tmp_path / "nvidia-smi"
