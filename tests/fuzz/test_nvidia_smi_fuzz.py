@@ -90,7 +90,7 @@ def test_real_prefix_then_noise(parser, error, prefix, data):
 
 def _best_of(parser, error, data, runs=3):
     best = None
-    for _ in range(runs):
+    for _run in range(runs):
         started = time.perf_counter()
         _parse(parser, error, data)
         elapsed = time.perf_counter() - started

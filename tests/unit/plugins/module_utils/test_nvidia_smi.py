@@ -220,7 +220,7 @@ def test_field_table_reads_xml_and_text_alike():
     keys = [row[0] for row in smi.GPU_FIELDS]
     assert len(keys) > 15
     for key in ("pci_device_id", "mig_mode", "persistence_mode", "recovery_action", "reset_required"):
-        assert xml[key] == query[key] is not None, key
+        assert xml[key] is not None and xml[key] == query[key], key
 
 
 # --- hostile input (issue #10) ------------------------------------------------
