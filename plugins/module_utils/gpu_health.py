@@ -10,12 +10,14 @@ from the tools' output, never from exit codes.  ``inputs`` is a dict with any
 of ``nvidia_smi_xml``, ``nvidia_smi_query``, ``nvidia_smi`` (texts),
 ``lspci`` (text) or ``pci_devices`` (parsed list, e.g. from sysfs),
 ``kernel_log`` (text), ``device_plugin_count`` (int, nvidia.com/gpu),
-``device_plugin_resources`` (the node's allocatable, ``{resource: count}``) and ``driver_error``
-(a one-line cause when nvidia-smi could not be run at all).
+``device_plugin_resources`` (the node's allocatable, ``{resource: count}``), ``driver_error``
+(a one-line cause when nvidia-smi could not reach the driver or is missing)
+and ``tool_errors`` (one line each, with the fix: nvidia-smi timed out, exited
+non-zero without readable output, or printed something unreadable).
 
-``collect_live(run_command, ...)`` gathers those inputs on a node; it takes
-``run_command(argv) -> (rc, stdout, stderr)`` so the module passes
-``module.run_command`` and the agent a subprocess wrapper.
+``collect(tools, ...)`` gathers those inputs through a
+``node_tools.NodeTools``: live on a node, or replayed from ``captured`` texts
+through the same code path.  Every call's result stays in ``tools.calls``.
 
 Verdict rules (each one is tested):
 
@@ -27,8 +29,10 @@ Verdict rules (each one is tested):
   ``reset_gpu``/``reboot_node`` was seen and not cleared (a later driver load,
   or for Xid 154 a later "to 0x0 (None)" line, clears it);
 * the node is not ready when a GPU is unhealthy, the PCI and nvidia-smi counts
-  differ, a known device-plugin count differs, ``expected_gpus`` differs, or
-  the driver cannot be reached.
+  differ, a known device-plugin count differs, ``expected_gpus`` differs, the
+  driver cannot be reached, nvidia-smi timed out or printed nothing readable,
+  its output describes no GPU at all, or it reports more attached GPUs than it
+  describes (unless ``expected_gpus`` declares fewer than attached).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -44,6 +48,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.device_counts imp
     compare,
     expected_resources,
 )
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
     detect_no_driver,
@@ -52,6 +57,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import
     parse_table,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+    LspciParseError,
     count_nvidia_gpus,
     nvidia_gpus,
     parse_lspci,
@@ -391,7 +397,10 @@ def _pci_devices(inputs):
     if inputs.get("pci_devices") is not None:
         return inputs["pci_devices"]
     if inputs.get("lspci") is not None:
-        return parse_lspci(inputs["lspci"])
+        try:
+            return parse_lspci(inputs["lspci"])
+        except LspciParseError as exc:
+            raise GpuHealthError("lspci cannot be read: %s. Fix: pass the output of lspci -nnD." % exc)
     return None
 
 
@@ -436,6 +445,7 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
     compared with the count the plugin exposes for this config (time-slicing
     replicas, renameByDefault, MIG strategies).
     """
+    check_count("expected_gpus", expected_gpus)
     catalog = merge_overrides(xid_actions)
     gpus = _Gpus()
     reasons = []
@@ -453,11 +463,17 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
         cause = driver_error or [line for line in no_driver_text[0].splitlines() if line.strip()][0].strip()
         reasons.append("The NVIDIA driver cannot be reached: %s Fix: load the nvidia kernel module "
                        "(modprobe nvidia) or reinstall the driver so that nvidia-smi can reach it." % cause)
+    for error in inputs.get("tool_errors") or []:
+        reasons.append(error)
+    notes.extend(inputs.get("tool_notes") or [])
+    parsed = inputs.get("_parsed") or {}
 
     def parse(key, parser, label):
         text = inputs.get(key)
         if not text or detect_no_driver(text):
             return None
+        if key in parsed:
+            return parsed[key]
         try:
             return parser(text)
         except NvidiaSmiParseError as exc:
@@ -476,9 +492,6 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
             attached = report["attached_gpus"]
         _apply_query(gpus, report, source)
         _apply_handle_errors(gpus, report["handle_errors"])
-        if report["attached_gpus"] is not None and report["attached_gpus"] != len(report["gpus"]):
-            notes.append("nvidia-smi %s reports %d attached GPUs but describes %d; GPUs it does not describe "
-                         "are judged from the other inputs only" % (source, report["attached_gpus"], len(report["gpus"])))
     if table is not None:
         nvidia_smi_seen = True
         driver_version = driver_version or table["driver_version"]
@@ -487,6 +500,8 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
         _apply_handle_errors(gpus, table["handle_errors"])
     if nvidia_smi_seen and driver_reachable is None:
         driver_reachable = True
+    if inputs.get("tool_errors") and not nvidia_smi_seen:
+        driver_reachable = False
 
     kernel = parse_kernel_log(inputs.get("kernel_log") or "")
     kernel_driver = [v for v in kernel["driver_versions"] if v]
@@ -500,7 +515,23 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
     nvidia_smi_count = None
     if nvidia_smi_seen:
         seen = len([g for g in gpus.all() if g.seen_by_nvidia_smi])
-        nvidia_smi_count = attached if attached is not None and attached >= seen else seen
+        nvidia_smi_count = seen
+        if seen == 0 and driver_reachable is not False:
+            reasons.append("nvidia-smi's output describes no GPU%s, so no GPU can be judged. Fix: run nvidia-smi on "
+                           "the node; a cut-off or header-only output is not a healthy node." % (
+                               " (it says %d attached)" % attached if attached else ""))
+        elif attached is not None and attached > seen:
+            if expected_gpus is not None and not isinstance(expected_gpus, bool) and expected_gpus < attached:
+                notes.append("nvidia-smi reports %d attached GPUs but describes %d; expected_gpus (%d) declares "
+                             "fewer than attached, so the %d described are counted" % (attached, seen, expected_gpus,
+                                                                                       seen))
+            else:
+                nvidia_smi_count = attached
+                reasons.append("nvidia-smi reports %d attached GPUs but describes only %d; the others cannot be "
+                               "judged. Fix: check nvidia-smi -q on the node for GPUs it cannot read, or set "
+                               "expected_gpus if this output was trimmed on purpose." % (attached, seen))
+        elif attached is not None and attached < seen:
+            notes.append("nvidia-smi reports %d attached GPUs but describes %d" % (attached, seen))
     elif driver_reachable is False:
         nvidia_smi_count = 0
 
@@ -608,96 +639,141 @@ def validate_since(value):
     return "-" + text.replace(" ", "")
 
 
-def _which(name, path_dirs=None):
-    if os.path.isabs(name):
-        return name if os.access(name, os.X_OK) else None
-    for directory in (path_dirs or os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep)):
-        candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+def check_count(name, value):
+    """A GPU count: an int of 0 or more (``True`` is not 1)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GpuHealthError("%s is %r, not a count. Fix: use a whole number of 0 or more (for example 8)."
+                             % (name, value))
 
 
-_SYSTEM_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+#: Why a nvidia-smi call gave nothing to judge, and what to do.
+_TOOL_FIXES = {
+    node_tools.TIMEOUT: "Fix: a GPU or the driver is hung; look for Xid 79/119 in the kernel log, then reset the GPU "
+                        "or reboot the node (raise command_timeout only if the node is merely slow).",
+    node_tools.UNREADABLE: "Fix: run %s on the node; reinstall the driver if its output stays unreadable.",
+    node_tools.FAILED: "Fix: run %s on the node to see why it fails.",
+}
+
+_SMI_CALLS = (
+    ("nvidia_smi_xml", ["-q", "-x"], parse_query_xml),
+    ("nvidia_smi_query", ["-q"], parse_query_text),
+    ("nvidia_smi", [], parse_table),
+)
 
 
-def collect_live(run_command, nvidia_smi="nvidia-smi", lspci="lspci", kernel_log="auto", xid_since="24h",
-                 sysfs_root="/sys/bus/pci/devices"):
-    """Gather ``evaluate`` inputs on this node.  Returns ``(inputs, sources)``.
+def _smi_text(result):
+    text = result.stdout or ""
+    if result.status != node_tools.OK and result.stderr:
+        text += "\n" + result.stderr
+    return text
 
-    ``sources`` says where each input came from (for the module's result).
-    """
+
+def _collect_nvidia_smi(tools, inputs, sources):
+    """Run (or replay) nvidia-smi -q -x, then -q when -q -x gave nothing, then the table.
+
+    A missing binary, a driver that does not answer or a timeout stops the
+    sequence (the next call would only wait as long again)."""
+    parsed = inputs.setdefault("_parsed", {})
+    errors = []
+    for key, args, parser in _SMI_CALLS:
+        if key == "nvidia_smi_query" and "nvidia_smi_xml" in parsed and tools.source == "live":
+            continue  # the XML was read; -q adds nothing
+        result = tools.run("nvidia-smi", args, capture_key=key)
+        label = "nvidia-smi" + ("" if not args else " " + " ".join(args))
+        where = "captured" if result.source == "captured" else "%s (rc=%s)" % (result.command, result.rc)
+        if result.status == node_tools.NOT_CAPTURED:
+            continue
+        if result.status in (node_tools.MISSING, node_tools.NO_DRIVER):
+            inputs["driver_error"] = result.message if result.status == node_tools.MISSING else result.detail
+            sources[key] = "missing" if result.status == node_tools.MISSING else where
+            break
+        sources[key] = where
+        if result.status == node_tools.TIMEOUT:
+            errors.append("%s %s" % (result.message, _TOOL_FIXES[node_tools.TIMEOUT]))
+            break
+        if result.status == node_tools.UNREADABLE:
+            errors.append("%s %s" % (result.message.replace("nvidia-smi", label, 1),
+                                     _TOOL_FIXES[node_tools.UNREADABLE] % label))
+            continue
+        text = _smi_text(result)
+        try:
+            parsed[key] = parser(text)
+        except NvidiaSmiParseError as exc:
+            if result.status == node_tools.FAILED:
+                errors.append("%s %s" % (result.message.replace("nvidia-smi", label, 1),
+                                         _TOOL_FIXES[node_tools.FAILED] % label))
+            else:
+                errors.append("%s output is unreadable: %s. %s" % (label, exc, _TOOL_FIXES[node_tools.UNREADABLE]
+                                                                   % label))
+            continue
+        inputs[key] = text
+    if any(key in parsed for key, _args, _parser in _SMI_CALLS):
+        # one readable report is enough to judge; the others' failures are notes
+        inputs["tool_notes"] = errors
+    elif errors:
+        inputs["tool_errors"] = errors
+
+
+def _collect_kernel_log(tools, kernel_log, since, inputs, sources):
+    if tools.source == "captured":
+        result = tools.run("journalctl", ["-k", "-b", "--no-pager", "-o", "short-iso", "--since", since],
+                           capture_key="kernel_log")
+        if result.status != node_tools.NOT_CAPTURED:
+            inputs["kernel_log"] = result.stdout
+            sources["kernel_log"] = "captured"
+        return
+    if kernel_log != "auto":
+        try:
+            with open(kernel_log, "rb") as handle:
+                data = handle.read(node_tools.MAX_OUTPUT_BYTES + 1)
+        except (IOError, OSError) as exc:
+            raise GpuHealthError("kernel_log %s cannot be read: %s. Fix: pass a readable file or 'auto'." % (
+                kernel_log, exc.strerror or exc))
+        inputs["kernel_log"] = node_tools.decode_output(data[-node_tools.MAX_OUTPUT_BYTES:])
+        sources["kernel_log"] = kernel_log
+        return
+    result = tools.run("journalctl", ["-k", "-b", "--no-pager", "-o", "short-iso", "--since", since])
+    if result.ok and "NVRM" in result.stdout:
+        inputs["kernel_log"] = result.stdout
+        sources["kernel_log"] = "journalctl -k -b --since %s" % since
+        return
+    dmesg = tools.run("dmesg", [])
+    if dmesg.ok:
+        inputs["kernel_log"] = dmesg.stdout
+        sources["kernel_log"] = "dmesg (since boot)"
+    elif result.ok:
+        inputs["kernel_log"] = ""
+        sources["kernel_log"] = "journalctl -k -b --since %s (no NVRM lines)" % since
+    else:
+        inputs["kernel_log"] = ""
+        sources["kernel_log"] = "unavailable (%s; %s)" % (result.message, dmesg.message)
+
+
+def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/devices"):
+    """Gather ``evaluate`` inputs through ``tools`` (a ``node_tools.NodeTools``).
+
+    Live, it runs nvidia-smi, lspci (sysfs when lspci fails) and journalctl or
+    dmesg (or reads the ``kernel_log`` file); with ``tools.source ==
+    'captured'`` the same calls replay ``nvidia_smi_xml``, ``nvidia_smi_query``,
+    ``nvidia_smi``, ``lspci`` and ``kernel_log``.  Returns ``(inputs, sources)``;
+    ``tools.calls`` holds every call's result."""
     since = validate_since(xid_since)
-    path_dirs = os.environ.get("PATH", "").split(os.pathsep) + _SYSTEM_DIRS
     inputs = {}
     sources = {}
+    _collect_nvidia_smi(tools, inputs, sources)
 
-    smi = _which(nvidia_smi, path_dirs)
-    if smi is None:
-        inputs["driver_error"] = "nvidia-smi was not found (%s)." % nvidia_smi
-        sources["nvidia_smi"] = "missing"
-    else:
-        rc, out, err = run_command([smi, "-q", "-x"])
-        xml_text = (out or "") + ("\n" + err if err else "")
-        try:
-            if detect_no_driver(xml_text):
-                raise NvidiaSmiParseError("no driver")
-            parse_query_xml(out or "")
-            inputs["nvidia_smi_xml"] = out
-            sources["nvidia_smi_xml"] = "%s -q -x (rc=%d)" % (smi, rc)
-        except NvidiaSmiParseError:
-            if detect_no_driver(xml_text):
-                inputs["nvidia_smi_xml"] = xml_text
-                sources["nvidia_smi_xml"] = "%s -q -x (rc=%d)" % (smi, rc)
-            else:
-                rc_q, out_q, err_q = run_command([smi, "-q"])
-                inputs["nvidia_smi_query"] = (out_q or "") + ("\n" + err_q if err_q else "")
-                sources["nvidia_smi_query"] = "%s -q (rc=%d; -q -x was unreadable)" % (smi, rc_q)
-        rc_t, out_t, err_t = run_command([smi])
-        inputs["nvidia_smi"] = (out_t or "") + ("\n" + err_t if err_t else "")
-        sources["nvidia_smi"] = "%s (rc=%d)" % (smi, rc_t)
-
-    lspci_path = _which(lspci, path_dirs)
-    if lspci_path is not None:
-        rc, out, err = run_command([lspci_path, "-nnD"])
-        if rc == 0:
-            inputs["lspci"] = out
-            sources["pci"] = "%s -nnD" % lspci_path
-    if "lspci" not in inputs:
+    result = tools.run("lspci", ["-nnD"], capture_key="lspci")
+    if result.ok:
+        inputs["lspci"] = result.stdout
+        sources["pci"] = "captured" if result.source == "captured" else result.command
+    elif tools.source == "live":
         if os.path.isdir(sysfs_root):
             inputs["pci_devices"] = read_sysfs_pci_devices(sysfs_root)
             sources["pci"] = sysfs_root
         else:
             sources["pci"] = "unavailable"
 
-    if kernel_log == "auto":
-        journalctl = _which("journalctl", path_dirs)
-        text = None
-        if journalctl:
-            rc, out, err = run_command([journalctl, "-k", "-b", "--no-pager", "-o", "short-iso", "--since", since])
-            if rc == 0 and "NVRM" in (out or ""):
-                text = out
-                sources["kernel_log"] = "journalctl -k -b --since %s" % since
-        if text is None:
-            dmesg = _which("dmesg", path_dirs)
-            if dmesg:
-                rc, out, err = run_command([dmesg])
-                if rc == 0:
-                    text = out
-                    sources["kernel_log"] = "dmesg (since boot)"
-        if text is None and journalctl:
-            text = ""
-            sources["kernel_log"] = "journalctl -k -b --since %s (no NVRM lines)" % since
-        if text is None:
-            text = ""
-            sources["kernel_log"] = "unavailable"
-        inputs["kernel_log"] = text
-    else:
-        try:
-            with open(kernel_log) as handle:
-                inputs["kernel_log"] = handle.read()
-        except (IOError, OSError) as exc:
-            raise GpuHealthError("kernel_log %s cannot be read: %s. Fix: pass a readable file or 'auto'." % (
-                kernel_log, exc.strerror or exc))
-        sources["kernel_log"] = kernel_log
+    _collect_kernel_log(tools, kernel_log, since, inputs, sources)
     return inputs, sources

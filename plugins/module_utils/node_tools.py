@@ -54,6 +54,9 @@ DEFAULT_TIMEOUTS = {
     "nvidia-mig-parted": 600,
     "journalctl": 30,
     "dmesg": 15,
+    "dkms": 120,
+    "modinfo": 15,
+    "mokutil": 15,
 }
 FALLBACK_TIMEOUT = 30
 
@@ -69,7 +72,9 @@ SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
 #: kernel module is not loaded or does not answer; the exit code varies.
 NO_DRIVER_MARKERS = (
     "couldn't communicate with the nvidia driver",
+    "could not communicate with the nvidia driver",
     "nvidia-smi has failed because",
+    "nvml: driver not loaded",
     "driver/library version mismatch",
 )
 
@@ -114,8 +119,8 @@ class ToolResult(object):
         if self.status == NOT_CAPTURED:
             return "%s output was not captured (%s)." % (name, self.detail)
         if self.status == NO_DRIVER:
-            return "%s could not communicate with the NVIDIA driver: %s" % (name, _one_line(self.detail or self.stdout
-                                                                                              or self.stderr))
+            cause = _one_line(self.detail or self.stdout or self.stderr)
+            return "%s could not communicate with the NVIDIA driver: %s" % (name, cause)
         if self.status == TIMEOUT:
             return "%s did not answer within %s s." % (name, _fmt_seconds(self.timeout_s))
         if self.status == FAILED:
@@ -268,7 +273,7 @@ class NodeTools(object):
     """
 
     def __init__(self, source="live", captured=None, paths=None, timeout=None, timeouts=None, path_dirs=None,
-                 runner=None):
+                 runner=None, finder=None):
         if source not in ("live", "captured"):
             raise NodeToolsError("source must be live or captured, not %r." % (source,))
         if timeout is not None:
@@ -285,6 +290,8 @@ class NodeTools(object):
         # ``runner(argv, timeout)`` -> (rc, out_bytes, err_bytes, timed_out,
         # truncated, duration); tests inject one to avoid real processes.
         self._runner = runner or run_process
+        # ``finder(name)`` -> path or None replaces the PATH lookup (tests).
+        self._finder = finder
         self.calls = []
 
     def timeout_for(self, tool, timeout=None):
@@ -296,6 +303,8 @@ class NodeTools(object):
         return self.timeouts.get(tool, FALLBACK_TIMEOUT)
 
     def which(self, tool):
+        if self._finder is not None:
+            return self._finder(self.paths.get(tool, tool))
         return find_tool(self.paths.get(tool, tool), self.path_dirs)
 
     def run(self, tool, args, capture_key=None, timeout=None, env_update=None):
@@ -385,16 +394,18 @@ def _no_driver_line(text):
 def _check_timeout(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NodeToolsError("%s must be a number of seconds, not %r. Fix: pass e.g. 30." % (name, value))
-    if not 0 < value <= 86400:
-        raise NodeToolsError("%s is %s. Fix: pass a number of seconds between 1 and 86400." % (name, value))
+    if not 0 < value <= 86400:  # also refuses NaN
+        raise NodeToolsError("%s is %g. Fix: pass a number of seconds above 0 and at most 86400." % (name, value))
 
 
 #: Options every tool-running module shares (see doc fragment node_tools).
-def argument_spec(default_timeout=None, tools=("nvidia_smi",)):
-    spec = {
-        "source": dict(type="str", choices=["live", "captured"], default="live"),
-        "command_timeout": dict(type="float", default=default_timeout),
-    }
+def argument_spec(default_timeout=None, tools=("nvidia_smi",), source=True):
+    """``source`` (unless ``source=False``), ``command_timeout`` and one path option per tool.
+
+    Modules with ``source`` add their own ``captured`` (its keys differ per module)."""
+    spec = {"command_timeout": dict(type="float", default=default_timeout)}
+    if source:
+        spec["source"] = dict(type="str", choices=["live", "captured"], default="live")
     for option in tools:
         spec[option] = dict(type="str", default=option.replace("_", "-"))
     return spec

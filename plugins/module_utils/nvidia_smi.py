@@ -57,15 +57,17 @@ err_fields, memory_used_mib, memory_total_mib, ecc, mig_mode}`` (``err`` is
 True when ``ERR!`` appears anywhere in its row) and each process is
 ``{gpu_index, gi, ci, pid, type, name, memory_mib}``.
 
-``parse_query_csv(text, fields=None)``: ``--query-gpu=... --format=csv[,noheader][,nounits]``.
-Returns a list of dicts keyed by the canonical field name (units dropped from
-the header).  ``[N/A]``/``[Not Supported]`` become None; values keep their
-units (use ``parse_number``).
-
 ``detect_no_driver(text)``: True for "NVIDIA-SMI has failed because it
 couldn't communicate with the NVIDIA driver".
 
-Every parser raises ``NvidiaSmiParseError`` (one line) on input it cannot read.
+One field table (``GPU_FIELDS`` and its sections) drives both the ``-q -x``
+and the ``-q`` parser: each report becomes the same small tree first.
+
+Every parser raises ``NvidiaSmiParseError`` (one line) on input it cannot read,
+including input past the limits: ``MAX_INPUT_CHARS`` characters, ``MAX_DEPTH``
+levels of nesting, ``MAX_GPUS`` GPUs (also the bound on ``attached_gpus``).
+A DOCTYPE is removed by a linear scan (never a regex over the document);
+lone surrogates (``lookup('file')`` of invalid UTF-8) become U+FFFD.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -75,26 +77,37 @@ __metaclass__ = type
 import re
 from xml.etree import ElementTree
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import (
+    MAX_OUTPUT_BYTES,
+    NO_DRIVER_MARKERS,
+    decode_output,
+)
 from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
     PciBusIdError,
-    find_bus_id,
     normalize_bus_id,
 )
 
-NO_DRIVER_MARKERS = (
-    "couldn't communicate with the nvidia driver",
-    "could not communicate with the nvidia driver",
-    "nvml: driver not loaded",
-    "driver/library version mismatch",
-)
 UNKNOWN_ERROR = "unknown error"
 
-_DOCTYPE_RE = re.compile(r"<!DOCTYPE\s[^>\[]*(?:\[.*?\])?\s*>", re.DOTALL | re.IGNORECASE)
+#: Input limits (docs/DEVELOPING.md "Input limits").  The runner keeps at most
+#: MAX_OUTPUT_BYTES per stream; a captured text gets the same bound here.
+MAX_INPUT_CHARS = MAX_OUTPUT_BYTES
+#: nvidia-smi's XML is 5 levels deep and its -q text 4 indents; 32 is generous.
+MAX_DEPTH = 32
+#: More GPUs than any node holds (an NVL72 rack is 72 GPUs over 18 nodes).
+MAX_GPUS = 1024
+#: Table rows are about 90-120 characters; longer lines are not table rows.
+MAX_TABLE_LINE = 1024
+
 _HANDLE_ERROR_RE = re.compile(
-    r"Unable to determine the device handle for (?:GPU|gpu)\s*(?P<bus>[0-9A-Fa-f:.]+)\s*:\s*(?P<msg>.*)$"
+    r"Unable to determine the device handle for (?:GPU|gpu)\s*(?P<bus>[0-9A-Fa-f:.]{1,32})\s*:\s*(?P<msg>.*)$"
 )
-_NUMBER_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)")
+# At most 15 integer digits: a longer "count" is not one (and float() of it loses precision).
+_NUMBER_RE = re.compile(r"^\s*([-+]?\d{1,15}(?:\.\d{1,12})?)(?![\d.])")
 _NA_VALUES = ("n/a", "[n/a]", "not supported", "[not supported]", "")
+_DOCTYPE_START_RE = re.compile(r"<!DOCTYPE", re.IGNORECASE)
+_ENTITY_RE = re.compile(r"<!ENTITY", re.IGNORECASE)
+_QUERY_GPU_HEADER_RE = re.compile(r"^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$")
 
 
 class NvidiaSmiParseError(ValueError):
@@ -117,17 +130,19 @@ def clean_value(value):
 
 
 def parse_number(value):
-    """Leading number of a value with units (``"19968 MiB"`` -> 19968, ``"67.03 W"`` -> 67.03)."""
+    """Leading number of a value with units (``"19968 MiB"`` -> 19968, ``"67.03 W"`` -> 67.03).
+
+    None for N/A, for text that does not start with a number, and for numbers
+    of more than 15 digits (no nvidia-smi field holds one)."""
     value = clean_value(value)
     if value is None:
         return None
     match = _NUMBER_RE.match(value)
     if not match:
         return None
-    number = float(match.group(1))
-    if number.is_integer() and "." not in match.group(1):
-        return int(number)
-    return number
+    if "." in match.group(1):
+        return float(match.group(1))
+    return int(match.group(1))
 
 
 def _parse_int(value):
@@ -149,7 +164,7 @@ def _yes_no(value):
 
 def _normalize_bus(value):
     value = clean_value(value)
-    if value is None:
+    if value is None or len(value) > 64:
         return None
     try:
         return normalize_bus_id(value)
@@ -164,6 +179,8 @@ def _device_id(value):
         return None
     if value.lower().startswith("0x"):
         value = value[2:]
+    if not re.match(r"^[0-9A-Fa-f]{1,16}$", value):
+        return None
     return "0x" + value.upper()
 
 
@@ -176,11 +193,205 @@ def detect_no_driver(text):
 def parse_handle_errors(text):
     """Every "Unable to determine the device handle for GPU ..." line."""
     errors = []
-    for line in (text or "").splitlines():
-        match = _HANDLE_ERROR_RE.search(line)
+    if "nable to determine the device handle" not in (text or ""):
+        return errors
+    for line in text.splitlines():
+        match = _HANDLE_ERROR_RE.search(line[:MAX_TABLE_LINE])
         if match:
-            errors.append({"pci_bus_id": _normalize_bus(match.group("bus").rstrip(":")), "message": line.strip()})
+            errors.append({"pci_bus_id": _normalize_bus(match.group("bus").rstrip(":")),
+                           "message": line.strip()[:MAX_TABLE_LINE]})
     return errors
+
+
+def _check_input(text, what):
+    """Decoded, bounded text (lone surrogates from a ``lookup('file')`` become U+FFFD)."""
+    if text is None or not text.strip():
+        raise NvidiaSmiParseError("%s output is empty" % what)
+    if len(text) > MAX_INPUT_CHARS:
+        raise NvidiaSmiParseError("%s output is longer than %d MiB; no nvidia-smi prints that much"
+                                  % (what, MAX_INPUT_CHARS // (1024 * 1024)))
+    return decode_output(text)
+
+
+def _gpu_count(value, what):
+    text = clean_value(value)
+    if text is None:
+        return None
+    count = _parse_int(text)
+    if count is None or not 0 <= count <= MAX_GPUS or not re.match(r"^\d+$", text):
+        raise NvidiaSmiParseError("%s says %s attached GPUs, which is not a GPU count (0 to %d)"
+                                  % (what, text[:40], MAX_GPUS))
+    return count
+
+
+# ---------------------------------------------------------------------------
+# one tree for both reports
+# ---------------------------------------------------------------------------
+class _Node(object):
+    """A key with a scalar value (None for a section) and children.
+
+    Both ``-q -x`` (tags) and ``-q`` (indented ``Key : Value`` lines) become
+    this tree, so one field table (:data:`GPU_FIELDS`) reads both."""
+
+    __slots__ = ("key", "value", "children")
+
+    def __init__(self, key, value):
+        self.key = key
+        self.value = value
+        self.children = []
+
+    def find(self, path):
+        node = self
+        for part in path.split("/"):
+            part = part.lower()
+            for child in node.children:
+                if child.key.lower() == part:
+                    node = child
+                    break
+            else:
+                return None
+        return node
+
+    def get(self, *paths):
+        """Value of the first path that exists (a section reads as None)."""
+        for path in paths:
+            node = self.find(path)
+            if node is not None:
+                return node.value
+        return None
+
+    def walk(self):
+        """``(path, node)`` for every descendant, depth first, without recursion."""
+        stack = [("", self)]
+        while stack:
+            prefix, node = stack.pop()
+            for child in reversed(node.children):
+                path = prefix + child.key
+                yield path, child
+                stack.append((path + "/", child))
+
+
+def _xml_tree(element):
+    """ElementTree element -> :class:`_Node` (iterative; depth bounded)."""
+    root = _Node(element.tag, None)
+    stack = [(element, root, 0)]
+    while stack:
+        source, node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise NvidiaSmiParseError("nvidia-smi -q -x output nests deeper than %d levels" % MAX_DEPTH)
+        for child in source:
+            if not isinstance(child.tag, str):
+                continue  # comments, processing instructions
+            sub = _Node(child.tag, None if len(child) else (child.text or ""))
+            node.children.append(sub)
+            if len(child):
+                stack.append((child, sub, depth + 1))
+    return root
+
+
+def _text_tree(lines):
+    """Indented ``Key : Value`` lines -> :class:`_Node` (depth bounded)."""
+    root = _Node("", None)
+    stack = [(-1, root)]
+    for line in lines:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        stripped = line.strip()
+        if stripped.endswith(" :"):
+            node = _Node(stripped[:-1].strip(), "")
+        elif " : " in stripped:
+            key, value = stripped.split(" : ", 1)
+            node = _Node(key.strip(), value.strip())
+        else:
+            node = _Node(stripped, None)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if len(stack) > MAX_DEPTH:
+            raise NvidiaSmiParseError("nvidia-smi -q output nests deeper than %d levels" % MAX_DEPTH)
+        stack[-1][1].children.append(node)
+        stack.append((indent, node))
+    return root
+
+
+# ---------------------------------------------------------------------------
+# the field table: result key, -q -x paths, -q paths, converter
+# ---------------------------------------------------------------------------
+TOP_FIELDS = (
+    ("driver_version", ("driver_version",), ("Driver Version",), clean_value),
+    ("cuda_version", ("cuda_version",), ("CUDA Version",), clean_value),
+)
+ATTACHED_GPUS = (("attached_gpus",), ("Attached GPUs",))
+
+GPU_FIELDS = (
+    ("product", ("product_name", "name"), ("Product Name",), clean_value),
+    ("uuid", ("uuid",), ("GPU UUID", "UUID"), clean_value),
+    ("minor_number", ("minor_number",), ("Minor Number",), _parse_int),
+    ("pci_device_id", ("pci/pci_device_id",), ("PCI/Device Id",), _device_id),
+    ("persistence_mode", ("persistence_mode",), ("Persistence Mode",), clean_value),
+    ("ecc_mode", ("ecc_mode/current_ecc", "ecc_mode/current"), ("ECC Mode/Current",), clean_value),
+    ("ecc_mode_pending", ("ecc_mode/pending_ecc", "ecc_mode/pending"), ("ECC Mode/Pending",), clean_value),
+    ("mig_mode", ("mig_mode/current_mig", "mig_mode/current"), ("MIG Mode/Current",), clean_value),
+    ("mig_mode_pending", ("mig_mode/pending_mig", "mig_mode/pending"), ("MIG Mode/Pending",), clean_value),
+    ("memory_total_mib", ("fb_memory_usage/total", "memory_usage/total"), ("FB Memory Usage/Total",), _parse_int),
+    ("memory_used_mib", ("fb_memory_usage/used", "memory_usage/used"), ("FB Memory Usage/Used",), _parse_int),
+    ("memory_free_mib", ("fb_memory_usage/free", "memory_usage/free"), ("FB Memory Usage/Free",), _parse_int),
+    ("temperature_c", ("temperature/gpu_temp",), ("Temperature/GPU Current Temp", "Temperature/GPU Current"),
+     parse_number),
+    ("utilization_gpu_pct", ("utilization/gpu_util",), ("Utilization/Gpu",), parse_number),
+    ("retired_pages_pending", ("retired_pages/pending_retirement",),
+     ("Retired Pages/Pending Page Retirement", "Retired Pages/Pending"), _yes_no),
+    ("recovery_action", ("gpu_recovery_action",), ("GPU Recovery Action",), clean_value),
+    ("reset_required", ("gpu_reset_status/reset_required",), ("GPU Reset Status/Reset Required",), _yes_no),
+    ("drain_and_reset_recommended", ("gpu_reset_status/drain_and_reset_recommended",),
+     ("GPU Reset Status/Drain and Reset Recommended",), _yes_no),
+)
+
+PCI_BUS_ID = (("pci/pci_bus_id",), ("PCI/Bus Id",))
+
+#: ``remapped_rows``: section, then its fields.
+REMAPPED_ROWS = (("remapped_rows",), ("Remapped Rows",))
+REMAPPED_FIELDS = (
+    ("correctable", ("remapped_row_corr", "correctable"), ("Correctable Error",), _parse_int),
+    ("uncorrectable", ("remapped_row_unc", "uncorrectable"), ("Uncorrectable Error",), _parse_int),
+    ("pending", ("remapped_row_pending", "pending"), ("Pending",), _yes_no),
+    ("failure", ("remapped_row_failure", "failure_occurred"), ("Remapping Failure Occurred",), _yes_no),
+)
+
+#: ``mig_devices``: section, one entry's key, then its fields.
+MIG_DEVICES = (("mig_devices",), ("MIG Devices",))
+MIG_DEVICE = ("mig_device", "MIG Device")
+MIG_DEVICE_FIELDS = (
+    ("index", ("index",), ("Index",), _parse_int),
+    ("gpu_instance_id", ("gpu_instance_id",), ("GPU Instance ID",), _parse_int),
+    ("compute_instance_id", ("compute_instance_id",), ("Compute Instance ID",), _parse_int),
+    ("multiprocessor_count", ("device_attributes/shared/multiprocessor_count",),
+     ("Device Attributes/Shared/Multiprocessor count",), _parse_int),
+    ("memory_total_mib", ("fb_memory_usage/total",), ("FB Memory Usage/Total",), _parse_int),
+)
+
+#: ``ecc_errors``: section, scopes, and the DTD <= v11 totals that override the sums.
+ECC_ERRORS = (("ecc_errors",), ("ECC Errors",))
+ECC_SCOPES = (("volatile", ("volatile",), ("Volatile",)), ("aggregate", ("aggregate",), ("Aggregate",)))
+ECC_TOTALS = (("uncorrectable", ("double_bit/total",), ("Double Bit/Total",)),
+              ("correctable", ("single_bit/total",), ("Single Bit/Total",)))
+
+_XML, _TEXT = 1, 2
+
+
+def _fields(node, table, form):
+    result = {}
+    for key, xml_paths, text_paths, convert in table:
+        result[key] = convert(node.get(*(xml_paths if form == _XML else text_paths)))
+    return result
+
+
+def _section(node, paths, form):
+    for path in paths[form - 1]:
+        found = node.find(path)
+        if found is not None:
+            return found
+    return None
 
 
 def _new_gpu(index):
@@ -224,131 +435,104 @@ def _add_counts(total, value):
     return (total or 0) + value
 
 
+def _ecc_errors(node, form):
+    counts = _new_gpu(0)["ecc_errors"]
+    errors = _section(node, ECC_ERRORS, form)
+    if errors is None:
+        return counts
+    for scope, xml_path, text_path in ECC_SCOPES:
+        part = _section(errors, (xml_path, text_path), form)
+        if part is None:
+            continue
+        sums = {"uncorrectable": None, "correctable": None}
+        for _path, leaf in part.walk():
+            if leaf.children:
+                continue
+            key = leaf.key.lower()
+            kind = "uncorrectable" if "uncorrectable" in key else "correctable" if "correctable" in key else None
+            if kind:
+                sums[kind] = _add_counts(sums[kind], _parse_int(leaf.value))
+        for kind, xml_paths, text_paths in ECC_TOTALS:
+            total = _parse_int(part.get(*(xml_paths if form == _XML else text_paths)))
+            if total is not None:
+                sums[kind] = total
+        counts["%s_uncorrectable" % scope] = sums["uncorrectable"]
+        counts["%s_correctable" % scope] = sums["correctable"]
+    return counts
+
+
+def _remapped_rows(node, form):
+    section = _section(node, REMAPPED_ROWS, form)
+    if section is None or not section.children:
+        return None  # absent, or the scalar N/A
+    return _fields(section, REMAPPED_FIELDS, form)
+
+
+def _mig_devices(node, form):
+    devices = []
+    section = _section(node, MIG_DEVICES, form)
+    if section is None:
+        return devices
+    wanted = MIG_DEVICE[form - 1].lower()
+    for position, device in enumerate(c for c in section.children if c.key.lower() == wanted):
+        entry = _fields(device, MIG_DEVICE_FIELDS, form)
+        if entry["index"] is None:
+            entry["index"] = position
+        devices.append(entry)
+    return devices
+
+
+def _gpu(index, node, form, header_bus=None):
+    """One GPU's dict from its tree (``form`` says which column of the field table applies)."""
+    gpu = _new_gpu(index)
+    gpu.update(_fields(node, GPU_FIELDS, form))
+    gpu["pci_bus_id"] = _normalize_bus(node.get(*PCI_BUS_ID[form - 1])) or _normalize_bus(header_bus)
+    gpu["mig_devices"] = _mig_devices(node, form)
+    gpu["remapped_rows"] = _remapped_rows(node, form)
+    gpu["ecc_errors"] = _ecc_errors(node, form)
+    unknown = []
+    lost = False
+    for path, child in node.walk():
+        value = (child.value or "").lower()
+        if UNKNOWN_ERROR in value:
+            unknown.append(path)
+        if "gpu is lost" in value or "gpu is lost" in child.key.lower():
+            lost = True
+    gpu["unknown_error_fields"] = unknown
+    gpu["lost"] = lost
+    return gpu
+
+
+def _report(top, gpus, handle_errors, form, what):
+    report = dict((key, convert(top.get(*(xml_paths if form == _XML else text_paths))))
+                  for key, xml_paths, text_paths, convert in TOP_FIELDS)
+    report["attached_gpus"] = _gpu_count(top.get(*ATTACHED_GPUS[form - 1]), what)
+    report["handle_errors"] = handle_errors
+    report["gpus"] = gpus
+    return report
+
+
 # ---------------------------------------------------------------------------
 # nvidia-smi -q -x
 # ---------------------------------------------------------------------------
 def _strip_doctype(text):
-    if "<!ENTITY" in text.upper():
+    """Drop the DOCTYPE (never resolved).  Linear: no regex over the document."""
+    if _ENTITY_RE.search(text):
         raise NvidiaSmiParseError("nvidia-smi XML declares entities; refusing to parse it")
-    return _DOCTYPE_RE.sub("", text, count=1)
-
-
-def _xtext(element, *paths):
-    """Text of the first existing path (tag names changed between driver versions)."""
-    if element is None:
-        return None
-    for path in paths:
-        found = element.find(path)
-        if found is not None:
-            if len(found):
-                return None  # a section, not a scalar
-            return found.text if found.text is not None else ""
-    return None
-
-
-def _xml_ecc_errors(gpu_element):
-    counts = _new_gpu(0)["ecc_errors"]
-    errors = gpu_element.find("ecc_errors")
-    if errors is None:
-        return counts
-    for scope in ("volatile", "aggregate"):
-        section = errors.find(scope)
-        if section is None:
-            continue
-        uncorrectable = correctable = None
-        for leaf in section.iter():
-            if len(leaf) or leaf is section:
-                continue
-            tag = leaf.tag.lower()
-            value = _parse_int(leaf.text)
-            if "uncorrectable" in tag:
-                uncorrectable = _add_counts(uncorrectable, value)
-            elif "correctable" in tag:
-                correctable = _add_counts(correctable, value)
-        # DTD <= v11: <double_bit><total> (uncorrectable) and <single_bit><total>
-        double_total = _parse_int(_xtext(section, "double_bit/total"))
-        single_total = _parse_int(_xtext(section, "single_bit/total"))
-        if double_total is not None:
-            uncorrectable = double_total
-        if single_total is not None:
-            correctable = single_total
-        counts["%s_uncorrectable" % scope] = uncorrectable
-        counts["%s_correctable" % scope] = correctable
-    return counts
-
-
-def _xml_remapped_rows(gpu_element):
-    section = gpu_element.find("remapped_rows")
-    if section is None or not len(section):
-        return None  # absent, or the scalar <remapped_rows>N/A</remapped_rows>
-    return {
-        "correctable": _parse_int(_xtext(section, "remapped_row_corr", "correctable")),
-        "uncorrectable": _parse_int(_xtext(section, "remapped_row_unc", "uncorrectable")),
-        "pending": _yes_no(_xtext(section, "remapped_row_pending", "pending")),
-        "failure": _yes_no(_xtext(section, "remapped_row_failure", "failure_occurred")),
-    }
-
-
-def _xml_mig_devices(gpu_element):
-    devices = []
-    section = gpu_element.find("mig_devices")
-    if section is None:
-        return devices
-    for position, device in enumerate(section.findall("mig_device")):
-        index = _parse_int(_xtext(device, "index"))
-        devices.append({
-            "index": index if index is not None else position,
-            "gpu_instance_id": _parse_int(_xtext(device, "gpu_instance_id")),
-            "compute_instance_id": _parse_int(_xtext(device, "compute_instance_id")),
-            "multiprocessor_count": _parse_int(_xtext(device, "device_attributes/shared/multiprocessor_count")),
-            "memory_total_mib": _parse_int(_xtext(device, "fb_memory_usage/total")),
-        })
-    return devices
-
-
-def _unknown_error_paths(element, prefix=""):
-    paths = []
-    for child in element:
-        path = prefix + child.tag
-        if len(child):
-            paths.extend(_unknown_error_paths(child, path + "/"))
-        elif child.text and UNKNOWN_ERROR in child.text.lower():
-            paths.append(path)
-    return paths
-
-
-def _xml_gpu(index, element):
-    gpu = _new_gpu(index)
-    gpu["product"] = clean_value(_xtext(element, "product_name", "name"))
-    gpu["uuid"] = clean_value(_xtext(element, "uuid"))
-    gpu["minor_number"] = _parse_int(_xtext(element, "minor_number"))
-    gpu["pci_bus_id"] = _normalize_bus(_xtext(element, "pci/pci_bus_id") or element.get("id"))
-    gpu["pci_device_id"] = _device_id(_xtext(element, "pci/pci_device_id"))
-    gpu["persistence_mode"] = clean_value(_xtext(element, "persistence_mode"))
-    gpu["ecc_mode"] = clean_value(_xtext(element, "ecc_mode/current_ecc", "ecc_mode/current"))
-    gpu["ecc_mode_pending"] = clean_value(_xtext(element, "ecc_mode/pending_ecc", "ecc_mode/pending"))
-    gpu["mig_mode"] = clean_value(_xtext(element, "mig_mode/current_mig", "mig_mode/current"))
-    gpu["mig_mode_pending"] = clean_value(_xtext(element, "mig_mode/pending_mig", "mig_mode/pending"))
-    gpu["mig_devices"] = _xml_mig_devices(element)
-    for key, tag in (("memory_total_mib", "total"), ("memory_used_mib", "used"), ("memory_free_mib", "free")):
-        gpu[key] = _parse_int(_xtext(element, "fb_memory_usage/" + tag, "memory_usage/" + tag))
-    gpu["temperature_c"] = parse_number(_xtext(element, "temperature/gpu_temp"))
-    gpu["utilization_gpu_pct"] = parse_number(_xtext(element, "utilization/gpu_util"))
-    gpu["remapped_rows"] = _xml_remapped_rows(element)
-    gpu["ecc_errors"] = _xml_ecc_errors(element)
-    gpu["retired_pages_pending"] = _yes_no(_xtext(element, "retired_pages/pending_retirement"))
-    gpu["recovery_action"] = clean_value(_xtext(element, "gpu_recovery_action"))
-    gpu["reset_required"] = _yes_no(_xtext(element, "gpu_reset_status/reset_required"))
-    gpu["drain_and_reset_recommended"] = _yes_no(_xtext(element, "gpu_reset_status/drain_and_reset_recommended"))
-    gpu["unknown_error_fields"] = _unknown_error_paths(element)
-    gpu["lost"] = "gpu is lost" in ElementTree.tostring(element, encoding="unicode").lower()
-    return gpu
+    match = _DOCTYPE_START_RE.search(text)
+    if match is None:
+        return text
+    end = text.find(">", match.end())
+    if end < 0:
+        raise NvidiaSmiParseError("nvidia-smi XML has an unterminated DOCTYPE")
+    if "[" in text[match.end():end]:
+        raise NvidiaSmiParseError("nvidia-smi XML has an internal DTD subset; refusing to parse it")
+    return text[:match.start()] + text[end + 1:]
 
 
 def parse_query_xml(text):
     """Parse ``nvidia-smi -q -x`` (see the module docstring for the result)."""
-    if not text or not text.strip():
-        raise NvidiaSmiParseError("nvidia-smi -q -x output is empty")
+    text = _check_input(text, "nvidia-smi -q -x")
     handle_errors = parse_handle_errors(text)
     start = text.find("<")
     if start < 0:
@@ -358,186 +542,42 @@ def parse_query_xml(text):
     except ElementTree.ParseError as exc:
         raise NvidiaSmiParseError("nvidia-smi -q -x output is not valid XML: %s" % exc)
     if root.tag != "nvidia_smi_log":
-        raise NvidiaSmiParseError("nvidia-smi -q -x output has root <%s>, expected <nvidia_smi_log>" % root.tag)
-    return {
-        "driver_version": clean_value(_xtext(root, "driver_version")),
-        "cuda_version": clean_value(_xtext(root, "cuda_version")),
-        "attached_gpus": _parse_int(_xtext(root, "attached_gpus")),
-        "handle_errors": handle_errors,
-        "gpus": [_xml_gpu(index, element) for index, element in enumerate(root.findall("gpu"))],
-    }
+        raise NvidiaSmiParseError("nvidia-smi -q -x output has root <%s>, expected <nvidia_smi_log>"
+                                  % str(root.tag)[:80])
+    tree = _xml_tree(root)
+    elements = root.findall("gpu")
+    if len(elements) > MAX_GPUS:
+        raise NvidiaSmiParseError("nvidia-smi -q -x output describes %d GPUs, more than %d" % (len(elements), MAX_GPUS))
+    sections = [c for c in tree.children if c.key == "gpu"]
+    ids = [e.get("id") for e in elements]
+    gpus = [_gpu(index, node, _XML, header_bus) for index, (node, header_bus) in enumerate(zip(sections, ids))]
+    return _report(tree, gpus, handle_errors, _XML, "nvidia-smi -q -x")
 
 
 # ---------------------------------------------------------------------------
 # nvidia-smi -q (text)
 # ---------------------------------------------------------------------------
-class _Node(object):
-    __slots__ = ("key", "value", "children")
-
-    def __init__(self, key, value):
-        self.key = key
-        self.value = value
-        self.children = []
-
-    def find(self, path):
-        node = self
-        for part in path.split("/"):
-            for child in node.children:
-                if child.key.lower() == part.lower():
-                    node = child
-                    break
-            else:
-                return None
-        return node
-
-    def get(self, *paths):
-        for path in paths:
-            node = self.find(path)
-            if node is not None:
-                return node.value
-        return None
-
-
-def _text_tree(lines):
-    """Build a tree from indented ``Key : Value`` lines."""
-    root = _Node("", None)
-    stack = [(-1, root)]
-    for line in lines:
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        stripped = line.strip()
-        if " : " in stripped or stripped.endswith(" :"):
-            key, value = stripped.split(":", 1) if stripped.endswith(" :") else stripped.split(" : ", 1)
-            node = _Node(key.strip(), value.strip())
-        else:
-            node = _Node(stripped, None)
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        stack[-1][1].children.append(node)
-        stack.append((indent, node))
-    return root
-
-
-def _text_unknown_errors(node, prefix=""):
-    paths = []
-    for child in node.children:
-        path = prefix + child.key
-        if child.value and UNKNOWN_ERROR in child.value.lower():
-            paths.append(path)
-        paths.extend(_text_unknown_errors(child, path + "/"))
-    return paths
-
-
-def _text_ecc_errors(node):
-    counts = _new_gpu(0)["ecc_errors"]
-    section = node.find("ECC Errors")
-    if section is None:
-        return counts
-    for scope in ("Volatile", "Aggregate"):
-        part = section.find(scope)
-        if part is None:
-            continue
-        uncorrectable = correctable = None
-        for child in part.children:
-            key = child.key.lower()
-            value = _parse_int(child.value)
-            if "uncorrectable" in key:
-                uncorrectable = _add_counts(uncorrectable, value)
-            elif "correctable" in key:
-                correctable = _add_counts(correctable, value)
-        double_total = _parse_int(part.get("Double Bit/Total"))
-        single_total = _parse_int(part.get("Single Bit/Total"))
-        if double_total is not None:
-            uncorrectable = double_total
-        if single_total is not None:
-            correctable = single_total
-        counts["%s_uncorrectable" % scope.lower()] = uncorrectable
-        counts["%s_correctable" % scope.lower()] = correctable
-    return counts
-
-
-def _text_mig_devices(node):
-    devices = []
-    section = node.find("MIG Devices")
-    if section is None:
-        return devices
-    for position, device in enumerate(c for c in section.children if c.key.lower() == "mig device"):
-        index = _parse_int(device.get("Index"))
-        devices.append({
-            "index": index if index is not None else position,
-            "gpu_instance_id": _parse_int(device.get("GPU Instance ID")),
-            "compute_instance_id": _parse_int(device.get("Compute Instance ID")),
-            "multiprocessor_count": _parse_int(device.get("Device Attributes/Shared/Multiprocessor count")),
-            "memory_total_mib": _parse_int(device.get("FB Memory Usage/Total")),
-        })
-    return devices
-
-
-def _text_gpu(index, header, node):
-    gpu = _new_gpu(index)
-    gpu["pci_bus_id"] = _normalize_bus(node.get("PCI/Bus Id")) or _normalize_bus(header.split(None, 1)[1] if " " in header else None)
-    gpu["product"] = clean_value(node.get("Product Name"))
-    gpu["uuid"] = clean_value(node.get("GPU UUID", "UUID"))
-    gpu["minor_number"] = _parse_int(node.get("Minor Number"))
-    gpu["pci_device_id"] = _device_id(node.get("PCI/Device Id"))
-    gpu["persistence_mode"] = clean_value(node.get("Persistence Mode"))
-    gpu["ecc_mode"] = clean_value(node.get("ECC Mode/Current"))
-    gpu["ecc_mode_pending"] = clean_value(node.get("ECC Mode/Pending"))
-    gpu["mig_mode"] = clean_value(node.get("MIG Mode/Current"))
-    gpu["mig_mode_pending"] = clean_value(node.get("MIG Mode/Pending"))
-    gpu["mig_devices"] = _text_mig_devices(node)
-    for key, field in (("memory_total_mib", "Total"), ("memory_used_mib", "Used"), ("memory_free_mib", "Free")):
-        gpu[key] = _parse_int(node.get("FB Memory Usage/" + field))
-    gpu["temperature_c"] = parse_number(node.get("Temperature/GPU Current Temp", "Temperature/GPU Current"))
-    gpu["utilization_gpu_pct"] = parse_number(node.get("Utilization/Gpu"))
-    remapped = node.find("Remapped Rows")
-    if remapped is not None and remapped.children:
-        gpu["remapped_rows"] = {
-            "correctable": _parse_int(remapped.get("Correctable Error")),
-            "uncorrectable": _parse_int(remapped.get("Uncorrectable Error")),
-            "pending": _yes_no(remapped.get("Pending")),
-            "failure": _yes_no(remapped.get("Remapping Failure Occurred")),
-        }
-    gpu["ecc_errors"] = _text_ecc_errors(node)
-    gpu["retired_pages_pending"] = _yes_no(node.get("Retired Pages/Pending Page Retirement", "Retired Pages/Pending"))
-    gpu["recovery_action"] = clean_value(node.get("GPU Recovery Action"))
-    gpu["reset_required"] = _yes_no(node.get("GPU Reset Status/Reset Required"))
-    gpu["drain_and_reset_recommended"] = _yes_no(node.get("GPU Reset Status/Drain and Reset Recommended"))
-    gpu["unknown_error_fields"] = _text_unknown_errors(node)
-    return gpu
-
-
 def parse_query_text(text):
     """Parse ``nvidia-smi -q`` (text); same result shape as ``parse_query_xml``."""
-    if not text or not text.strip():
-        raise NvidiaSmiParseError("nvidia-smi -q output is empty")
-    lines = text.splitlines()
+    text = _check_input(text, "nvidia-smi -q")
     top_lines = []
     sections = []  # (header, [lines])
-    for line in lines:
-        if re.match(r"^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$", line):
+    for line in text.splitlines():
+        if line.startswith("GPU ") and len(line) < 64 and _QUERY_GPU_HEADER_RE.match(line):
+            if len(sections) >= MAX_GPUS:
+                raise NvidiaSmiParseError("nvidia-smi -q output describes more than %d GPUs" % MAX_GPUS)
             sections.append((line.strip(), []))
         elif sections and (line.startswith(" ") or not line.strip()):
             sections[-1][1].append(line)
         else:
             top_lines.append(line)
     top = _text_tree(top_lines)
-    if top.get("Driver Version") is None and not sections and not detect_no_driver(text):
-        if not parse_handle_errors(text):
-            raise NvidiaSmiParseError("nvidia-smi -q output has no 'Driver Version' and no GPU section")
-    gpus = []
-    for index, (header, body) in enumerate(sections):
-        gpu = _text_gpu(index, header, _text_tree(body))
-        gpu["lost"] = any("gpu is lost" in line.lower() for line in body)
-        gpus.append(gpu)
-    return {
-        "driver_version": clean_value(top.get("Driver Version")),
-        "cuda_version": clean_value(top.get("CUDA Version")),
-        "attached_gpus": _parse_int(top.get("Attached GPUs")),
-        "handle_errors": parse_handle_errors(text),
-        "gpus": gpus,
-    }
+    handle_errors = parse_handle_errors(text)
+    if top.get("Driver Version") is None and not sections and not detect_no_driver(text) and not handle_errors:
+        raise NvidiaSmiParseError("nvidia-smi -q output has no 'Driver Version' and no GPU section")
+    gpus = [_gpu(index, _text_tree(body), _TEXT, header.split(None, 1)[1])
+            for index, (header, body) in enumerate(sections)]
+    return _report(top, gpus, handle_errors, _TEXT, "nvidia-smi -q")
 
 
 # ---------------------------------------------------------------------------
@@ -567,8 +607,7 @@ def _cells(line):
 
 def parse_table(text):
     """Parse the plain ``nvidia-smi`` table (see the module docstring)."""
-    if text is None or not text.strip():
-        raise NvidiaSmiParseError("nvidia-smi output is empty")
+    text = _check_input(text, "nvidia-smi")
     result = {
         "driver_version": None,
         "cuda_version": None,
@@ -581,6 +620,8 @@ def parse_table(text):
     in_processes = False
     for raw in text.splitlines():
         line = raw.rstrip()
+        if len(line) > MAX_TABLE_LINE:
+            continue  # not a table line; keeps the row regexes linear
         header = _TABLE_HEADER_RE.search(line)
         if header and result["driver_version"] is None:
             result["driver_version"] = header.group("driver")
@@ -622,6 +663,8 @@ def parse_table(text):
             }
             if "ERR!" in line:
                 current["err_fields"].extend(_err_fields(line, 0))
+            if len(result["gpus"]) >= MAX_GPUS:
+                raise NvidiaSmiParseError("nvidia-smi output lists more than %d GPUs" % MAX_GPUS)
             result["gpus"].append(current)
             continue
         if current is None:
@@ -674,45 +717,3 @@ def _err_fields(line, row):
     for position in err_positions:
         fields.append(names[position] if position < len(names) else "field_%d" % position)
     return fields
-
-
-# ---------------------------------------------------------------------------
-# --query-gpu ... --format=csv
-# ---------------------------------------------------------------------------
-_CSV_UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")
-
-
-def parse_query_csv(text, fields=None):
-    """Parse ``--query-gpu=... --format=csv`` (with or without ``noheader``/``nounits``).
-
-    ``fields`` names the columns when the output has no header.
-    """
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    if not lines:
-        return []
-    if fields is None:
-        fields = [_CSV_UNIT_RE.sub("", name.strip()) for name in lines[0].split(",")]
-        lines = lines[1:]
-    else:
-        fields = [name.strip() for name in fields]
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if detect_no_driver(line):
-            raise NvidiaSmiParseError("nvidia-smi could not reach the driver: %s" % line.strip())
-        values = [value.strip() for value in line.split(", ")]
-        if len(values) != len(fields):
-            values = [value.strip() for value in line.split(",")]
-        if len(values) != len(fields):
-            raise NvidiaSmiParseError(
-                "nvidia-smi CSV row %d has %d values for %d fields: %s" % (number, len(values), len(fields), line.strip())
-            )
-        row = {}
-        for name, value in zip(fields, values):
-            row[name] = clean_value(value)
-        rows.append(row)
-    return rows
-
-
-def bus_id_from_text(text):
-    """First PCI bus id in a free-text line (normalised) or None."""
-    return find_bus_id(text)

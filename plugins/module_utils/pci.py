@@ -78,8 +78,19 @@ _LSPCI_NUMERIC_RE = re.compile(r"^(?P<code>%s{4}):\s+(?P<vendor>%s{4}):(?P<devic
 _LSPCI_PLAIN_DEVICE_RE = re.compile(r"\bDevice (?P<device>%s{4})\b" % _HEX)
 
 
+#: Input limits (docs/DEVELOPING.md "Input limits"): lspci prints one short
+#: line per function (about 100 characters); a longer line is not a device
+#: line, and no node has output anywhere near the size bound.
+MAX_LSPCI_CHARS = 32 * 1024 * 1024
+MAX_LSPCI_LINE = 1024
+
+
 class PciBusIdError(ValueError):
     """A text is not a PCI bus id in any known spelling."""
+
+
+class LspciParseError(ValueError):
+    """lspci output that cannot be read (past the size bound)."""
 
 
 def bus_id_key(text):
@@ -189,11 +200,18 @@ def parse_lspci(text):
     """Parse ``lspci``, ``lspci -nn``, ``-nnD``, ``-Dnn`` or ``-n`` output.
 
     Lines that do not start with a slot (shell prompts, comments, ``-v``
-    detail lines) are skipped.  Without ``-nn`` the class and vendor are
+    detail lines) are skipped, and so are lines longer than
+    :data:`MAX_LSPCI_LINE`; input past :data:`MAX_LSPCI_CHARS` raises
+    ``LspciParseError``.  Without ``-nn`` the class and vendor are
     read from their names, which is enough to count NVIDIA GPUs.
     """
+    if text and len(text) > MAX_LSPCI_CHARS:
+        raise LspciParseError("lspci output is longer than %d MiB; no lspci prints that much"
+                              % (MAX_LSPCI_CHARS // (1024 * 1024)))
     devices = []
     for line in (text or "").splitlines():
+        if len(line) > MAX_LSPCI_LINE:
+            continue  # not a device line; keeps the class regex linear
         match = _LSPCI_LINE_RE.match(line.strip())
         if not match:
             continue

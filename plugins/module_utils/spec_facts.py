@@ -7,8 +7,9 @@ Every source is read at most once and only when something asks for it
 (:class:`NodeFacts` caches each one), so a matrix that names no GPU item
 never runs ``nvidia-smi``.  Files are read under an injectable ``root`` so
 unit tests can point the collector at a fake ``/proc``, ``/sys``,
-os-release and dpkg status tree; subprocesses go through an injectable
-``run_command`` so tests can stand in for the tools.
+os-release and dpkg status tree; subprocesses go through the collection's
+one runner (``node_tools.NodeTools``: PATH and sbin/bin lookup, LC_ALL=C, a
+timeout per call that kills the process group), which tests may replace.
 
 Subprocesses, at most one each: ``nvidia-smi -q -x``, ``nvidia-ctk
 --version``, ``containerd --version``, ``kubelet --version``, ``systemctl
@@ -27,23 +28,15 @@ import re
 import stat
 import subprocess
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
-    detect_no_driver,
     parse_query_xml,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
     count_nvidia_gpus,
     read_sysfs_pci_devices,
 )
-
-#: Seconds a tool may run before it counts as hung (a GPU that fell off the
-#: bus can make nvidia-smi block for minutes).
-TOOL_TIMEOUTS = {"nvidia-smi": 60, "default": 20}
-
-#: Where binaries are looked for besides PATH (kubelet and nvidia-smi are
-#: often outside a non-login PATH).
-EXTRA_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 #: Packages whose version stands for the Container Toolkit when nvidia-ctk
 #: is absent, in order of preference.
@@ -61,34 +54,12 @@ SYSCTL_MAX_PARTS = 16
 SYSCTL_MAX_BYTES = 65536
 
 
-def default_run_command(argv, timeout=None):
-    """Run ``argv`` with LC_ALL=C; return ``(rc, stdout, stderr)``.
-
-    A missing binary gives rc 127, a timeout rc 124, like a shell would.
-    """
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"
-    env["LANG"] = "C"
-    try:
-        proc = subprocess.run(  # noqa: S603 - argv list, no shell
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, timeout=timeout or TOOL_TIMEOUTS["default"], check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", "timed out after %ss" % (timeout or TOOL_TIMEOUTS["default"])
-    except OSError as exc:
-        return 127, "", str(exc)
-    return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
-
-
-def default_find_binary(name):
-    """Find ``name`` on PATH or in :data:`EXTRA_BIN_DIRS`; ``None`` when absent."""
-    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    dirs.extend(d for d in EXTRA_BIN_DIRS if d not in dirs)
-    for directory in dirs:
-        candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+def _legacy_runner(run_command):
+    """Adapt an injected ``run_command(argv, timeout) -> (rc, out, err)`` to the runner's interface."""
+    def runner(argv, timeout, env_update=None):
+        rc, out, err = run_command(argv, timeout)
+        return rc, out, err, False, False, 0.0
+    return runner
 
 
 def _first_line(text):
@@ -236,15 +207,18 @@ def parse_systemctl_show(text):
 class NodeFacts:
     """Lazily collected, cached node facts.
 
-    ``root`` prefixes every file path (tests pass a fake tree);
-    ``run_command(argv, timeout)`` and ``find_binary(name)`` default to the
-    real ones; ``gpu_xml_parser`` defaults to ``nvidia_smi.parse_query_xml``.
+    ``root`` prefixes every file path (tests pass a fake tree); ``tools``
+    is the ``node_tools.NodeTools`` that runs every command (default: a live
+    one with each tool's default timeout).  Tests may instead inject
+    ``run_command(argv, timeout) -> (rc, out, err)`` and
+    ``find_binary(name)``; ``gpu_xml_parser`` defaults to
+    ``nvidia_smi.parse_query_xml``.
     """
 
-    def __init__(self, root="/", run_command=None, find_binary=None, gpu_xml_parser=None):
+    def __init__(self, root="/", run_command=None, find_binary=None, gpu_xml_parser=None, tools=None):
         self.root = root or "/"
-        self._run = run_command or default_run_command
-        self._which = find_binary or default_find_binary
+        self.tools = tools or node_tools.NodeTools(runner=_legacy_runner(run_command) if run_command else None,
+                                                   finder=find_binary)
         self._parse_xml = gpu_xml_parser or parse_query_xml
         self._cache = {}
         self.notes = {}
@@ -266,14 +240,21 @@ class NodeFacts:
         except (IOError, OSError):
             return None
 
-    def _tool(self, name, args, timeout=None):
-        """Run a tool once; returns (rc, out, err) or None when not installed."""
-        binary = self._which(name)
-        if not binary:
+    def _tool_result(self, name, args):
+        """Run a tool once through the runner; its ``ToolResult`` (status ``missing`` when not installed)."""
+        result = self.tools.run(name, args)
+        if result.status != node_tools.MISSING:
+            self.commands.append(" ".join([name] + list(args)))
+        return result
+
+    def _tool(self, name, args):
+        """Run a tool once; ``(rc, out, err)``, or None when not installed (a timeout is rc 124)."""
+        result = self._tool_result(name, args)
+        if result.status == node_tools.MISSING:
             return None
-        argv = [binary] + list(args)
-        self.commands.append(" ".join([name] + list(args)))
-        return self._run(argv, timeout or TOOL_TIMEOUTS.get(name, TOOL_TIMEOUTS["default"]))
+        if result.status == node_tools.TIMEOUT:
+            return 124, result.stdout, result.message
+        return (1 if result.rc is None else result.rc), result.stdout, result.stderr
 
     def _cached(self, key, producer):
         if key not in self._cache:
@@ -516,16 +497,23 @@ class NodeFacts:
             if not self.driver()["loaded"]:
                 self._missing("gpu", "driver not loaded")
                 return None
-            result = self._tool("nvidia-smi", ["-q", "-x"])
-            if result is None:
+            result = self._tool_result("nvidia-smi", ["-q", "-x"])
+            if result.status == node_tools.MISSING:
                 self._missing("gpu", "nvidia-smi not installed")
                 return None
-            rc, out, err = result
-            if rc != 0 or not out.strip():
-                reason = _first_line(out) or _first_line(err) or "rc=%s" % rc
-                if detect_no_driver(out + err):
-                    reason = "driver unreachable: %s" % reason
-                self.notes["gpu"] = "nvidia-smi failed: %s" % reason
+            out = result.stdout
+            if result.status == node_tools.NO_DRIVER:
+                self.notes["gpu"] = "nvidia-smi failed: driver unreachable: %s" % result.detail
+                return None
+            if result.status == node_tools.TIMEOUT:
+                self.notes["gpu"] = "nvidia-smi failed: %s" % result.message
+                return None
+            if result.status == node_tools.UNREADABLE:
+                self.notes["gpu"] = "nvidia-smi output unreadable: %s" % result.detail
+                return None
+            if result.status == node_tools.FAILED or not out.strip():
+                self.notes["gpu"] = "nvidia-smi failed: %s" % (
+                    _first_line(out) or _first_line(result.stderr) or "rc=%s" % result.rc)
                 return None
             try:
                 return self._parse_xml(out)

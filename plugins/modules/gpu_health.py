@@ -35,16 +35,14 @@ description:
     and the nvidia-smi count differ, a known device-plugin count differs (per resource with O(device_plugin_config)),
     O(expected_gpus) differs, a fatal SXid was logged, or the driver cannot be reached."
   - With O(source=captured) it judges a support bundle offline.
+extends_documentation_fragment:
+  - gpu_native.fleet.node_tools
+  - gpu_native.fleet.node_tools.captured
 options:
-  source:
-    description:
-      - V(live) runs the tools on the node; V(captured) judges the texts in O(captured).
-    type: str
-    choices: [live, captured]
-    default: live
   captured:
     description:
-      - Tool outputs to judge when O(source=captured). Any subset of the keys below; unknown keys are rejected.
+      - Tool outputs to judge when O(source=captured), replayed through the same checks as a live run. Any
+        subset of the keys below; unknown keys are rejected.
     type: dict
     suboptions:
       nvidia_smi_xml:
@@ -68,11 +66,6 @@ options:
       device_plugin_resources:
         description: The node's allocatable resources (C(nvidia.com/...) keys are read), resource to count.
         type: dict
-  nvidia_smi:
-    description:
-      - Live mode. Path or name of the C(nvidia-smi) binary.
-    type: str
-    default: nvidia-smi
   lspci:
     description:
       - Live mode. Path or name of C(lspci); when it is missing the module reads O(pci_sysfs_root).
@@ -120,7 +113,9 @@ options:
     type: dict
   expected_gpus:
     description:
-      - Number of GPUs the node must have. Compared with the nvidia-smi and PCI counts.
+      - Number of GPUs the node must have. Compared with the nvidia-smi and PCI counts. A boolean is refused.
+      - When nvidia-smi reports more attached GPUs than it describes, the node is not ready unless
+        O(expected_gpus) is below the attached count (a log trimmed on purpose); then the described GPUs are counted.
     type: int
   xid_actions:
     description:
@@ -131,6 +126,8 @@ options:
     default: {}
 notes:
   - Supports check mode; it never changes anything.
+  - A C(nvidia-smi) that times out, cannot reach the driver, is missing or prints nothing readable is a reason in
+    RV(reasons) (and RV(gpu_ready=false)), never a hang or a module failure; RV(commands) shows every call.
   - Unknown Xids default to V(workflow), which is reported but not fatal unless overridden.
 seealso:
   - name: Node Ready vs GPU Ready
@@ -359,6 +356,38 @@ actions:
   type: list
   elements: dict
   sample: [{"index": 4, "pci_bus_id": "0000:83:00.0", "uuid": null, "action": "reset_gpu"}]
+commands:
+  description: Every tool call (live) or replay (captured), in order, with the runner's verdict on it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    tool:
+      description: The tool's name.
+      type: str
+    command:
+      description: The command line run, or C(captured:<key>) for a replay.
+      type: str
+    status:
+      description: V(ok), V(missing), V(no_driver), V(timeout), V(failed), V(unreadable) or V(not_captured).
+      type: str
+    rc:
+      description: Exit status, null when the call was killed or never started.
+      type: int
+    duration_s:
+      description: Seconds the call took.
+      type: float
+    timeout_s:
+      description: The limit it ran under, null for a replay.
+      type: float
+    source:
+      description: V(live) or V(captured).
+      type: str
+    message:
+      description: One line saying what happened.
+      type: str
+  sample: [{"tool": "nvidia-smi", "command": "/usr/bin/nvidia-smi -q -x", "status": "timeout", "rc": null,
+            "duration_s": 30.01, "timeout_s": 30, "source": "live", "message": "nvidia-smi did not answer within 30 s."}]
 sources:
   description: Where each input came from (command lines in live mode, C(captured) otherwise).
   returned: always
@@ -368,85 +397,79 @@ sources:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import (
     GpuHealthError,
-    collect_live,
+    check_count,
+    collect,
     evaluate,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
 
 CAPTURED_KEYS = ("nvidia_smi_xml", "nvidia_smi_query", "nvidia_smi", "lspci", "kernel_log", "device_plugin_count",
                  "device_plugin_resources")
+#: Captured keys that are not tool outputs (the runner replays only texts).
+_CAPTURED_COUNTS = ("device_plugin_count", "device_plugin_resources")
+TOOL_OPTIONS = ("nvidia_smi", "lspci")
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            source=dict(type="str", choices=["live", "captured"], default="live"),
-            captured=dict(
-                type="dict",
-                options=dict(
-                    nvidia_smi_xml=dict(type="str"),
-                    nvidia_smi_query=dict(type="str"),
-                    nvidia_smi=dict(type="str"),
-                    lspci=dict(type="str"),
-                    kernel_log=dict(type="str"),
-                    device_plugin_count=dict(type="int"),
-                    device_plugin_resources=dict(type="dict"),
-                ),
+    argument_spec = node_tools.argument_spec(tools=TOOL_OPTIONS)
+    argument_spec.update(
+        captured=dict(
+            type="dict",
+            options=dict(
+                nvidia_smi_xml=dict(type="str"),
+                nvidia_smi_query=dict(type="str"),
+                nvidia_smi=dict(type="str"),
+                lspci=dict(type="str"),
+                kernel_log=dict(type="str"),
+                device_plugin_count=dict(type="int"),
+                device_plugin_resources=dict(type="dict"),
             ),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-            lspci=dict(type="str", default="lspci"),
-            pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
-            kernel_log=dict(type="str", default="auto"),
-            xid_since=dict(type="str", default="24h"),
-            device_plugin_count=dict(type="int"),
-            device_plugin_resources=dict(type="dict"),
-            device_plugin_config=dict(type="dict"),
-            mig_layout=dict(type="dict"),
-            expected_gpus=dict(type="int"),
-            xid_actions=dict(type="dict", default={}),
         ),
-        supports_check_mode=True,
+        pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
+        kernel_log=dict(type="str", default="auto"),
+        xid_since=dict(type="str", default="24h"),
+        device_plugin_count=dict(type="int"),
+        device_plugin_resources=dict(type="dict"),
+        device_plugin_config=dict(type="dict"),
+        mig_layout=dict(type="dict"),
+        expected_gpus=dict(type="int"),
+        xid_actions=dict(type="dict", default={}),
     )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
+    captured = params["captured"] or {}
     if params["source"] == "captured":
-        captured = params["captured"]
-        if not captured or all(captured.get(key) is None for key in CAPTURED_KEYS):
+        if all(captured.get(key) is None for key in CAPTURED_KEYS):
             module.fail_json(msg="source=captured needs captured outputs. Fix: pass captured with at least one of "
                                  "%s." % ", ".join(CAPTURED_KEYS))
-        inputs = dict((key, captured[key]) for key in CAPTURED_KEYS if captured.get(key) is not None)
-        sources = dict((key, "captured") for key in inputs)
-    else:
-        if params["captured"]:
-            module.fail_json(msg="captured is only read with source=captured. Fix: set source: captured or drop captured.")
-        try:
-            inputs, sources = collect_live(
-                module.run_command,
-                nvidia_smi=params["nvidia_smi"],
-                lspci=params["lspci"],
-                kernel_log=params["kernel_log"],
-                xid_since=params["xid_since"],
-                sysfs_root=params["pci_sysfs_root"],
-            )
-        except GpuHealthError as exc:
-            module.fail_json(msg=str(exc))
-        if params["device_plugin_count"] is not None:
-            inputs["device_plugin_count"] = params["device_plugin_count"]
-            sources["device_plugin_count"] = "option"
-        if params["device_plugin_resources"] is not None:
-            inputs["device_plugin_resources"] = params["device_plugin_resources"]
-            sources["device_plugin_resources"] = "option"
-    for name in ("expected_gpus", "device_plugin_count"):
-        value = inputs.get(name) if name == "device_plugin_count" else params[name]
-        if value is not None and value < 0:
-            module.fail_json(msg="%s is %d. Fix: use a count of 0 or more." % (name, value))
+    elif params["captured"]:
+        module.fail_json(msg="captured is only read with source=captured. Fix: set source: captured or drop captured.")
+    try:
+        check_count("expected_gpus", params["expected_gpus"])
+        for where in (params, captured):
+            check_count("device_plugin_count", where.get("device_plugin_count"))
+        texts = dict((key, value) for key, value in captured.items()
+                     if value is not None and key not in _CAPTURED_COUNTS)
+        tools = node_tools.from_module_params(params, captured=texts, tools=TOOL_OPTIONS)
+        inputs, sources = collect(tools, kernel_log=params["kernel_log"], xid_since=params["xid_since"],
+                                  sysfs_root=params["pci_sysfs_root"])
+    except (GpuHealthError, node_tools.NodeToolsError) as exc:
+        module.fail_json(msg=str(exc))
+    for key in _CAPTURED_COUNTS:
+        value = captured.get(key) if params["source"] == "captured" else params[key]
+        if value is not None:
+            inputs[key] = value
+            sources[key] = "captured" if params["source"] == "captured" else "option"
     try:
         result = evaluate(inputs, expected_gpus=params["expected_gpus"], xid_actions=params["xid_actions"],
                           device_plugin_config=params["device_plugin_config"], mig_layout=params["mig_layout"])
     except (GpuHealthError, XidCatalogError) as exc:
         module.fail_json(msg=str(exc))
     result["sources"] = sources
+    result["commands"] = [call.as_dict() for call in tools.calls]
     module.exit_json(changed=False, **result)
 
 

@@ -23,16 +23,21 @@ description:
     rounded to the nearest GiB and written C(<n>Gi) (81559 MiB becomes C(80Gi)).
   - A node that mixes GPU models is refused unless O(model) is given, because one label cannot describe it.
   - When both O(model) and O(memory) are given, C(nvidia-smi) is not run.
+  - Every label value is checked against Kubernetes' rules (at most 63 characters, alphanumerics, C(-), C(_), C(.)),
+    whether derived or given.
+extends_documentation_fragment:
+  - gpu_native.fleet.node_tools
+  - gpu_native.fleet.node_tools.captured
 options:
-  nvidia_smi:
+  captured:
     description:
-      - Path or name of the C(nvidia-smi) binary.
-    type: str
-    default: nvidia-smi
-  nvidia_smi_xml:
-    description:
-      - Output of C(nvidia-smi -q -x) to read instead of running the binary (support bundles, tests).
-    type: str
+      - Tool outputs to read when O(source=captured), replayed through the same checks as a live run.
+      - This replaces the former top-level option C(nvidia_smi_xml).
+    type: dict
+    suboptions:
+      nvidia_smi_xml:
+        description: Output of C(nvidia-smi -q -x) (support bundles, tests). Its DOCTYPE is never resolved.
+        type: str
   accelerator:
     description:
       - Value of the C(accelerator) label.
@@ -72,7 +77,9 @@ EXAMPLES = r"""
 
 - name: Derive labels from a support bundle, on the controller
   gpu_native.fleet.gpu_node_labels:
-    nvidia_smi_xml: "{{ lookup('ansible.builtin.file', 'bundle/nvidia-smi-q-x.xml') }}"
+    source: captured
+    captured:
+      nvidia_smi_xml: "{{ lookup('ansible.builtin.file', 'bundle/nvidia-smi-q-x.xml') }}"
   delegate_to: localhost
 """
 
@@ -102,59 +109,72 @@ source:
   returned: success
   type: str
   sample: nvidia-smi
+commands:
+  description: The C(nvidia-smi) call (or replay) with the runner's verdict; empty when it was not needed.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"tool": "nvidia-smi", "command": "/usr/bin/nvidia-smi -q -x", "status": "ok", "rc": 0,
+            "duration_s": 0.41, "timeout_s": 30, "source": "live", "message": "nvidia-smi answered (rc=0)."}]
 """
-
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s_labels import (
     K8sLabelError,
     gpu_node_labels,
+    label_value_problem,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
-    detect_no_driver,
     parse_query_xml,
 )
 
+FIX = "Fix: install or load the NVIDIA driver (gpu_native.fleet.nvidia_driver) or give model and memory explicitly."
 
-def _run_nvidia_smi(module, binary):
-    path = binary if os.path.isabs(binary) else module.get_bin_path(binary, opt_dirs=["/usr/bin", "/usr/local/bin"])
-    if not path or not os.path.exists(path):
-        module.fail_json(msg="nvidia-smi not found (%s), so the GPU labels cannot be derived. Fix: install the NVIDIA "
-                             "driver (gpu_native.fleet.nvidia_driver) or give model and memory explicitly." % binary)
-    rc, out, err = module.run_command([path, "-q", "-x"])
-    text = out or ""
-    if detect_no_driver(text + "\n" + (err or "")):
-        module.fail_json(msg="nvidia-smi cannot talk to the NVIDIA driver (rc %d: %s). Fix: load the driver "
-                             "(gpu_native.fleet.nvidia_driver) or give model and memory explicitly."
-                             % (rc, ((err or text).strip().splitlines() or [""])[0]))
-    if rc != 0 and "<nvidia_smi_log" not in text:
-        module.fail_json(msg="nvidia-smi -q -x failed (rc %d): %s. Fix: run it on the node to see why."
-                             % (rc, ((err or text).strip().splitlines() or ["no output"])[0]))
-    return text
+
+def _nvidia_smi_xml(module, tools):
+    """``nvidia-smi -q -x`` through the shared runner (live or replayed); fails with the cause and the fix."""
+    result = tools.run("nvidia-smi", ["-q", "-x"], capture_key="nvidia_smi_xml")
+    if result.status == node_tools.NOT_CAPTURED:
+        module.fail_json(msg="source=captured needs captured.nvidia_smi_xml (or give model and memory). Fix: pass "
+                             "the output of nvidia-smi -q -x as captured.nvidia_smi_xml.")
+    if result.status == node_tools.MISSING:
+        module.fail_json(msg="%s The GPU labels cannot be derived. %s" % (result.message, FIX))
+    if result.status == node_tools.NO_DRIVER:
+        module.fail_json(msg="nvidia-smi cannot talk to the NVIDIA driver (%s). %s" % (result.detail, FIX))
+    if result.status == node_tools.TIMEOUT:
+        module.fail_json(msg="%s Fix: check the node's GPUs with gpu_native.fleet.gpu_health (a hung GPU or driver), "
+                             "or give model and memory explicitly." % result.message)
+    if result.status == node_tools.UNREADABLE:
+        module.fail_json(msg="%s Fix: run nvidia-smi -q -x on the node to see what it prints." % result.message)
+    if result.status == node_tools.FAILED and "<nvidia_smi_log" not in result.stdout:
+        module.fail_json(msg="%s Fix: run nvidia-smi -q -x on the node to see why." % result.message)
+    return result.stdout
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-            nvidia_smi_xml=dict(type="str"),
-            accelerator=dict(type="str", default="nvidia-gpu"),
-            model=dict(type="str"),
-            memory=dict(type="str"),
-        ),
-        supports_check_mode=True,
+    argument_spec = node_tools.argument_spec()
+    argument_spec.update(
+        captured=dict(type="dict", options=dict(nvidia_smi_xml=dict(type="str"))),
+        accelerator=dict(type="str", default="nvidia-gpu"),
+        model=dict(type="str"),
+        memory=dict(type="str"),
     )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
+    if params["captured"] and params["source"] != "captured":
+        module.fail_json(msg="captured is only read with source=captured. Fix: set source: captured or drop captured.")
+    try:
+        tools = node_tools.from_module_params(params)
+    except node_tools.NodeToolsError as exc:
+        module.fail_json(msg=str(exc))
     inventory = {"gpus": []}
     source = "options"
     if not (params["model"] and params["memory"]):
-        if params["nvidia_smi_xml"] is not None:
-            text, source = params["nvidia_smi_xml"], "captured"
-        else:
-            text, source = _run_nvidia_smi(module, params["nvidia_smi"]), "nvidia-smi"
+        text = _nvidia_smi_xml(module, tools)
+        source = "captured" if tools.source == "captured" else "nvidia-smi"
         try:
             inventory = parse_query_xml(text)
         except NvidiaSmiParseError as exc:
@@ -163,8 +183,13 @@ def main():
         labels, details = gpu_node_labels(inventory, params["accelerator"], params["model"], params["memory"])
     except K8sLabelError as exc:
         module.fail_json(msg=str(exc))
+    for key in sorted(labels):
+        problem = label_value_problem(labels[key])
+        if problem:
+            module.fail_json(msg="%s: %s. Fix: give a valid label value (at most 63 characters)." % (key, problem[:120]))
     module.exit_json(changed=False, labels=labels, gpu_count=details["gpu_count"], product=details["product"],
-                     memory_mib=details["memory_mib"], source=source)
+                     memory_mib=details["memory_mib"], source=source,
+                     commands=[call.as_dict() for call in tools.calls])
 
 
 if __name__ == "__main__":

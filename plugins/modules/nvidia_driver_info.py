@@ -57,6 +57,8 @@ options:
       - Run C(nvidia-smi -L) when it is installed.
     type: bool
     default: true
+extends_documentation_fragment:
+  - gpu_native.fleet.node_tools
 notes:
   - Supports check mode; it never changes anything.
   - In a container the host's kernel has no headers, so DKMS only registers the module (state C(added)),
@@ -172,7 +174,7 @@ nvidia_smi:
       description: Whether C(nvidia-smi) is installed.
       type: bool
     rc:
-      description: Exit code, null when not run.
+      description: Exit code, null when not run or when it did not answer within O(command_timeout).
       type: int
     gpus:
       description: GPUs listed (C(index), C(name), C(uuid), C(mig_devices)).
@@ -198,6 +200,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_driver imp
     parse_nvidia_smi_list,
     secure_boot_from_efivar,
 )
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
     nvidia_gpus,
     nvidia_nvswitches,
@@ -214,11 +217,15 @@ def _read(path):
 
 
 def _run(module, args):
-    """Run a tool if it exists: (rc, stdout, stderr), or None when it is missing."""
-    binary = module.get_bin_path(args[0])
-    if binary is None:
+    """Run a tool through the shared runner: (rc, stdout, stderr), or None when it is missing.
+
+    A timeout gives rc None and the runner's one-line message as stderr."""
+    result = module.tools.run(args[0], args[1:])
+    if result.status == node_tools.MISSING:
         return None
-    return module.run_command([binary] + list(args[1:]), environ_update={"LC_ALL": "C"})
+    if result.status == node_tools.TIMEOUT:
+        return None, result.stdout, result.message
+    return result.rc, result.stdout, result.stderr
 
 
 def _dkms(module, kernel):
@@ -276,7 +283,9 @@ def _nvidia_smi(module):
     rc, out, err = ran
     gpus = parse_nvidia_smi_list(out)
     message = None
-    if not gpus:
+    if rc is None:
+        message = err  # the runner's timeout line
+    elif not gpus:
         lines = [line.strip() for line in (out + "\n" + err).splitlines() if line.strip()]
         message = lines[0] if lines else None
     result.update(present=True, rc=rc, gpus=gpus, message=message)
@@ -292,9 +301,14 @@ def main():
             kernel=dict(type="str", default=""),
             mok_certificate=dict(type="path"),
             query_nvidia_smi=dict(type="bool", default=True),
+            **node_tools.argument_spec(source=False)
         ),
         supports_check_mode=True,
     )
+    try:
+        module.tools = node_tools.from_module_params(module.params)
+    except node_tools.NodeToolsError as exc:
+        module.fail_json(msg=str(exc))
     kernel = module.params["kernel"] or os.uname()[2]
     devices = read_sysfs_pci_devices()
     module.exit_json(

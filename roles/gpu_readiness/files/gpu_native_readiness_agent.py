@@ -5,9 +5,11 @@
 
 Installed by the gpu_native.fleet.gpu_readiness role and run by a systemd timer.
 The verdict logic is the collection's own module_utils (gpu_health, nvidia_smi,
-xid, pci), which the role copies next to this script under
+xid, pci) and every command runs through its one runner (node_tools: PATH
+lookup, LC_ALL=C, a timeout that kills the process group, capped output); the
+role copies them next to this script under
 ``ansible_collections/gpu_native/fleet/plugins/module_utils/``; there is no
-second copy of the parsers.
+second copy of the parsers or of the runner.
 
 Usage: gpu_native_readiness_agent.py --config /etc/gpu-native-readiness/config.json
 
@@ -25,7 +27,6 @@ import ctypes
 import json
 import os
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +35,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-COMMAND_TIMEOUT_S = 60
 PROBE_TIMEOUT_S = 30
 
 # Every metric the agent writes: name -> (type, help).  The help text is the
@@ -137,16 +137,17 @@ def write_atomically(directory, file_name, content):
         raise
 
 
-def run_command(argv, timeout=COMMAND_TIMEOUT_S):
-    """(rc, stdout, stderr) like AnsibleModule.run_command; never raises."""
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              universal_newlines=True, check=False)
-        return proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired:
-        return 124, "", "%s timed out after %ds" % (argv[0], timeout)
-    except OSError as exc:
-        return 127, "", "%s: %s" % (argv[0], exc.strerror or exc)
+def node_tools():
+    """The collection's runner, copied next to this script by the role."""
+    from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools as runner
+    return runner
+
+
+def run_command(argv, timeout=PROBE_TIMEOUT_S):
+    """(rc, stdout, stderr) of a probe command, through the shared runner; never raises.
+
+    A missing binary gives rc 127, a timeout rc 124 (the process group is killed)."""
+    return node_tools().NodeTools(timeout=timeout).run_command(list(argv))
 
 
 def cuda_probe(library):
@@ -239,12 +240,14 @@ def record_success(state_dir, now):
 
 def evaluate_node(config, metrics, now):
     """Fill ``metrics``; return an error line or None."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import collect_live, evaluate
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import collect, evaluate
 
-    inputs, _sources = collect_live(
-        run_command,
-        nvidia_smi=config.get("nvidia_smi", "nvidia-smi"),
-        lspci=config.get("lspci", "lspci"),
+    timeout = config.get("command_timeout")
+    tools = node_tools().NodeTools(
+        paths={"nvidia-smi": config.get("nvidia_smi") or "nvidia-smi", "lspci": config.get("lspci") or "lspci"},
+        timeout=None if timeout in (None, "") else float(timeout))
+    inputs, _sources = collect(
+        tools,
         kernel_log=config.get("kernel_log", "auto"),
         xid_since=config.get("xid_since", "24h"),
         sysfs_root=config.get("pci_sysfs_root", "/sys/bus/pci/devices"),

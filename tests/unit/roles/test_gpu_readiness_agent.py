@@ -191,3 +191,22 @@ def test_device_plugin_count_from_node_object(node, tmp_path):
         assert found["gpu_native_node_gpu_ready"][0][1] == 0.0
     finally:
         server.shutdown()
+
+
+def test_hung_nvidia_smi_is_not_ready_within_the_timeout(node, monkeypatch):
+    """The agent runs nvidia-smi through the shared runner: a hang is a not-ready node, not a stuck timer."""
+    config, output = node("h100x8-healthy", command_timeout=1)
+    monkeypatch.setenv("NVIDIA_SMI_STANDIN_SLEEP", "60")
+    assert agent.main(["--config", config]) == 0
+    found = metrics(output)
+    assert found["gpu_native_node_gpu_ready"][0][1] == 0.0
+    assert found["gpu_native_node_driver_ready"][0][1] == 0.0
+    assert found["gpu_native_readiness_agent_error"][0][1] == 0.0  # a verdict, not an internal error
+    assert found["gpu_native_readiness_agent_duration_seconds"][0][1] < 40  # generous: the stand-in sleeps 60 s
+
+
+def test_probe_commands_go_through_the_runner(tmp_path):
+    assert agent.run_command([str(tmp_path / "missing")])[0] == 127
+    assert agent.run_command(["/bin/sleep", "5"], timeout=0.5)[0] == 124
+    rc, out, _err = agent.run_command(["/bin/sh", "-c", "echo $LC_ALL"])
+    assert (rc, out.strip()) == (0, "C")

@@ -1,11 +1,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Verdict rules of module_utils.gpu_health, one test per rule, plus live collection with the stand-in."""
 import os
-import subprocess
 
 import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health as gh
+from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
 
@@ -181,8 +181,9 @@ def test_device_plugin_count_and_mig_single_strategy():
     assert not gh.evaluate(healthy_h100(device_plugin_count=7))["gpu_ready"]
     assert gh.evaluate(healthy_h100(device_plugin_count=8))["gpu_ready"]
     mig = {"nvidia_smi_xml": text("01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt")}
-    assert gh.evaluate(dict(mig, device_plugin_count=4))["gpu_ready"]  # 4 MIG devices or 4 attached GPUs
-    assert not gh.evaluate(dict(mig, device_plugin_count=3))["gpu_ready"]
+    # the log describes 1 of 4 attached GPUs: judged only when expected_gpus says so
+    assert gh.evaluate(dict(mig, device_plugin_count=4), expected_gpus=1)["gpu_ready"]  # 4 MIG devices
+    assert not gh.evaluate(dict(mig, device_plugin_count=3), expected_gpus=1)["gpu_ready"]
 
 
 def test_expected_gpus_differs():
@@ -206,9 +207,8 @@ def test_xid_since_rejects_garbage():
         gh.validate_since("yesterday")
 
 
-def _run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
+def _tools(**kwargs):
+    return NodeTools(paths={"nvidia-smi": STANDIN_PATH, "lspci": "/nonexistent/lspci"}, **kwargs)
 
 
 @pytest.mark.parametrize("capture, ready", [("h100x8-healthy", True), ("a40x8-gpu4-err", False), ("no-driver", False)])
@@ -219,9 +219,10 @@ def test_collect_live_with_standin(capture, ready, tmp_path, monkeypatch):
     kernel.write_text(text("constructed_kernel_log_a40_gpu4_xid119.txt") if capture.startswith("a40") else "")
     sysfs = tmp_path / "sysfs"
     sysfs.mkdir()
-    inputs, sources = gh.collect_live(_run, nvidia_smi=STANDIN_PATH, lspci=str(tmp_path / "no-lspci"),
-                                      kernel_log=str(kernel), sysfs_root=str(sysfs))
+    tools = _tools()
+    inputs, sources = gh.collect(tools, kernel_log=str(kernel), sysfs_root=str(sysfs))
     assert sources["pci"] == str(sysfs) and inputs["pci_devices"] == []
+    assert [c.status for c in tools.calls if c.tool == "lspci"] == ["missing"]
     result = gh.evaluate(inputs)
     # an empty sysfs shows 0 GPUs, so only the no-driver capture agrees with it
     assert result["gpu_ready"] is False
@@ -230,13 +231,55 @@ def test_collect_live_with_standin(capture, ready, tmp_path, monkeypatch):
     assert gh.evaluate(without_pci)["gpu_ready"] is ready
     if capture == "a40x8-gpu4-err":
         assert [e["xid"] for e in result["xid_events"] if e["action"] == "reset_gpu"] == [119]
+    if capture == "no-driver":
+        assert [c.status for c in tools.calls if c.tool == "nvidia-smi"] == ["no_driver"]  # no second call
+
+
+def _standin(tmp_path, body):
+    path = tmp_path / "nvidia-smi"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("body, status, reason", [
+    (None, "missing", "The NVIDIA driver cannot be reached: nvidia-smi was not found"),
+    ("echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9", "no_driver",
+     "The NVIDIA driver cannot be reached: NVIDIA-SMI has failed because"),
+    ("sleep 30", "timeout", "nvidia-smi did not answer within 1 s. Fix: a GPU or the driver is hung"),
+    ("echo 'Failed to initialize NVML: Unknown Error' >&2; exit 255", "failed",
+     "nvidia-smi -q -x exited with rc=255: Failed to initialize NVML: Unknown Error Fix: run nvidia-smi -q -x"),
+    ("printf 'GPU\\000\\001garbage'", "unreadable", "nvidia-smi -q -x output is unreadable: it holds NUL bytes"),
+    ("echo '<nvidia_smi_log><gpu>'; exit 0", "ok", "nvidia-smi -q -x output is unreadable: nvidia-smi -q -x output is not valid XML"),
+], ids=["missing", "no_driver", "timeout", "non_zero", "garbage", "bad_xml"])
+def test_each_runner_failure_is_a_reason(tmp_path, body, status, reason):
+    binary = _standin(tmp_path, body) if body else str(tmp_path / "nvidia-smi")
+    tools = NodeTools(paths={"nvidia-smi": binary, "lspci": "/nonexistent/lspci"}, timeout=1)
+    inputs, _sources = gh.collect(tools, kernel_log=os.devnull, sysfs_root=str(tmp_path / "none"))
+    result = gh.evaluate(inputs)
+    assert result["gpu_ready"] is False and result["driver_reachable"] is False
+    assert any(r.startswith(reason) for r in result["reasons"]), result["reasons"]
+    assert tools.calls[0].status == status
+    if status in ("timeout", "no_driver", "missing"):
+        assert len([c for c in tools.calls if c.tool == "nvidia-smi"]) == 1  # the next call would only wait again
+
+
+def test_captured_replay_goes_through_the_runner():
+    texts = {"nvidia_smi_xml": text(H100_XML), "nvidia_smi": text(H100, "A"), "lspci": "", "kernel_log": ""}
+    tools = NodeTools(source="captured", captured=texts)
+    inputs, sources = gh.collect(tools)
+    assert [c.command for c in tools.calls] == ["captured:nvidia_smi_xml", "captured:nvidia_smi_query",
+                                                "captured:nvidia_smi", "captured:lspci", "captured:kernel_log"]
+    assert [c.status for c in tools.calls][:2] == ["ok", "not_captured"]
+    assert set(sources.values()) == {"captured"}
+    assert gh.evaluate(inputs)["nvidia_smi_gpu_count"] == 8
 
 
 def test_collect_live_missing_binary_and_bad_kernel_log(tmp_path):
-    inputs, sources = gh.collect_live(_run, nvidia_smi=str(tmp_path / "nvidia-smi"), lspci=str(tmp_path / "x"),
-                                      kernel_log=os.devnull, sysfs_root=str(tmp_path))
-    assert sources["nvidia_smi"] == "missing"
+    tools = NodeTools(paths={"nvidia-smi": str(tmp_path / "nvidia-smi"), "lspci": str(tmp_path / "x")})
+    inputs, sources = gh.collect(tools, kernel_log=os.devnull, sysfs_root=str(tmp_path))
+    assert sources["nvidia_smi_xml"] == "missing"
     result = gh.evaluate(inputs)
     assert not result["gpu_ready"] and "nvidia-smi was not found" in result["reasons"][0]
     with pytest.raises(gh.GpuHealthError, match="kernel_log .* cannot be read"):
-        gh.collect_live(_run, nvidia_smi=STANDIN_PATH, kernel_log=str(tmp_path / "missing.log"))
+        gh.collect(_tools(), kernel_log=str(tmp_path / "missing.log"))

@@ -1,5 +1,4 @@
 """The shared runner: each distinct failure is its own status, live and replayed."""
-import os
 import stat
 import time
 

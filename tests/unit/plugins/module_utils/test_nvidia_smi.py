@@ -9,7 +9,6 @@ from gpu_fixtures import text
 XML_A100 = "01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt"
 H100 = "03_nvsmi_table_and_q_h100_sxm_x8_healthy.txt"
 A40 = "04_nvsmi_table_err_gpu_xid119_partA.txt"
-CSV = "08_nvsmi_query_gpu_csv.txt"
 MIG = "09_nvsmi_mig_tables_part.txt"
 XML_H100 = "constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt"
 XML_A40 = "constructed_nvsmi_qx_a40_x8_gpu4_unknown_error.xml.txt"
@@ -206,40 +205,72 @@ def test_table_handle_error_and_no_driver_constructed():
         smi.parse_table("Segmentation fault\n")
 
 
-# --- CSV ----------------------------------------------------------------------
-def test_csv_header_with_units_and_na():
-    rows = smi.parse_query_csv(text(CSV, "a"))
-    assert rows[0]["name"] == "Tesla P100-PCIE-16GB"
-    assert rows[0]["fan.speed"] is None and rows[0]["memory.free"] == "16280"
-
-
-def test_csv_canonical_header_and_elision():
-    lines = [line for line in text(CSV, "b").splitlines() if line != "[...]"]  # the author's elision
-    rows = smi.parse_query_csv("\n".join(lines))
-    assert [r["pci.bus_id"] for r in rows] == ["00000000:04:00.0", "00000000:8B:00.0"]
-
-
-def test_csv_noheader_mig_and_na():
-    rows = smi.parse_query_csv(text(CSV, "c"), ["name", "pci.bus_id", "mig.mode.current", "mig.mode.pending"])
-    assert rows[0]["mig.mode.current"] == "Enabled"
-    assert rows[1]["mig.mode.current"] is None and rows[1]["mig.mode.pending"] is None
-
-
-def test_csv_values_with_units():
-    rows = smi.parse_query_csv(text(CSV, "d"))
-    assert smi.parse_number(rows[0]["fan.speed"]) == 38
-    assert smi.parse_number(rows[0]["memory.used"]) == 575
-    assert rows[0]["serial"] is None and rows[1]["index"] == "1"
-
-
-def test_csv_wrong_width_is_error():
-    with pytest.raises(smi.NvidiaSmiParseError, match="row 1"):
-        smi.parse_query_csv("name, uuid\nonly-one\n")
-
-
 @pytest.mark.parametrize("value, expected", [
     ("19968 MiB", 19968), ("67.03 W", 67.03), ("N/A", None), ("[N/A]", None), ("38 %", 38),
-    ("Unknown Error", None), ("-8 C", -8),
-])
+    ("Unknown Error", None), ("-8 C", -8), ("1" * 22, None), ("1" * 100000 + " MiB", None),
+], ids=lambda v: repr(v)[:24])
 def test_parse_number(value, expected):
     assert smi.parse_number(value) == expected
+
+
+def test_field_table_reads_xml_and_text_alike():
+    """One field table: the same GPU as -q -x and as -q gives the same dict."""
+    xml = smi.parse_query_xml(text(XML_H100))["gpus"][0]
+    query = smi.parse_query_text(text(H100, "B"))["gpus"][0]
+    keys = [row[0] for row in smi.GPU_FIELDS]
+    assert len(keys) > 15
+    for key in ("pci_device_id", "mig_mode", "persistence_mode", "recovery_action", "reset_required"):
+        assert xml[key] is not None and xml[key] == query[key], key
+
+
+# --- hostile input (issue #10) ------------------------------------------------
+def test_doctype_flood_is_linear():
+    """#10.2: "<!DOCTYPE a [" * 40000 took 54 s in a quadratic regex."""
+    doc = "<nvidia_smi_log>" + "<!DOCTYPE a [" * 40000
+    with pytest.raises(smi.NvidiaSmiParseError):
+        smi.parse_query_xml(doc)
+
+
+def test_internal_dtd_subset_is_refused():
+    with pytest.raises(smi.NvidiaSmiParseError, match="internal DTD subset"):
+        smi.parse_query_xml('<!DOCTYPE nvidia_smi_log [<!ELEMENT a ANY>]><nvidia_smi_log/>')
+
+
+@pytest.mark.parametrize("depth", [1000, 2000, 50000])
+def test_deep_xml_is_refused_not_a_recursion_error(depth):
+    """#10.5: 1000 nested elements raised "maximum recursion depth exceeded"."""
+    doc = "<nvidia_smi_log><gpu>" + "<a>" * depth + "x" + "</a>" * depth + "</gpu></nvidia_smi_log>"
+    with pytest.raises(smi.NvidiaSmiParseError, match="nests deeper than 32 levels"):
+        smi.parse_query_xml(doc)
+
+
+def test_deep_query_text_is_refused():
+    doc = "Driver Version : 1\nGPU 00000000:01:00.0\n" + "".join(" " * (i + 1) + "K%d :\n" % i for i in range(2000))
+    with pytest.raises(smi.NvidiaSmiParseError, match="nests deeper"):
+        smi.parse_query_text(doc)
+
+
+def test_invalid_utf8_from_a_file_lookup():
+    """#10.6: lookup('file') hands invalid UTF-8 over as lone surrogates; ElementTree refused them."""
+    raw = text(XML_H100).encode("utf-8").replace(b"NVIDIA H100 80GB HBM3", b"NVIDIA \xff\xfe H100", 1)
+    as_lookup_reads_it = raw.decode("utf-8", "surrogateescape")
+    assert "\udcff" in as_lookup_reads_it
+    report = smi.parse_query_xml(as_lookup_reads_it)
+    assert report["gpus"][0]["product"] == "NVIDIA \ufffd\ufffd H100"
+
+
+@pytest.mark.parametrize("count", ["10000000000000000000000", "1025", "-1"])
+def test_absurd_attached_gpus_is_refused(count):
+    """#10.11: 10^22 attached GPUs was accepted (as a float)."""
+    doc = "<nvidia_smi_log><attached_gpus>%s</attached_gpus></nvidia_smi_log>" % count
+    with pytest.raises(smi.NvidiaSmiParseError, match="not a GPU count"):
+        smi.parse_query_xml(doc)
+    with pytest.raises(smi.NvidiaSmiParseError, match="not a GPU count"):
+        smi.parse_query_text("Driver Version : 550.54.15\nAttached GPUs : %s\n" % count)
+
+
+def test_oversized_input_is_refused(monkeypatch):
+    monkeypatch.setattr(smi, "MAX_INPUT_CHARS", 1000)
+    for parser in (smi.parse_query_xml, smi.parse_query_text, smi.parse_table):
+        with pytest.raises(smi.NvidiaSmiParseError, match="longer than"):
+            parser("x" * 1001)

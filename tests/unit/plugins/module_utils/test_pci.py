@@ -94,3 +94,16 @@ def test_sysfs_reader_counts_gpus_not_switches(tmp_path):
     assert pci.count_nvidia_gpus(devices) == 3
     assert [d["pci_bus_id"] for d in pci.nvidia_nvswitches(devices)] == ["0000:07:00.0"]
     assert pci.read_sysfs_pci_devices(str(tmp_path / "missing")) == []
+
+
+def test_long_lines_are_not_device_lines():
+    """A 100 000-space class part made the lazy class regex quadratic; such a line is no lspci line."""
+    line = "0000:01:00.0 " + " " * 100000 + "x [0302]: NVIDIA Corporation Device [10de:2330]"
+    assert pci.parse_lspci(line + "\n0000:02:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:2330]\n") == [
+        pci._device("0000:02:00.0", "0302", "3D controller", "10de", "2330", "NVIDIA Corporation Device [10de:2330]")]
+
+
+def test_oversized_lspci_is_refused(monkeypatch):
+    monkeypatch.setattr(pci, "MAX_LSPCI_CHARS", 100)
+    with pytest.raises(pci.LspciParseError, match="longer than"):
+        pci.parse_lspci("x" * 101)

@@ -4,6 +4,7 @@ import os
 import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import spec_facts as sf
+from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import NvidiaSmiParseError
 
 from spec_matrix_support import (
@@ -272,10 +273,14 @@ def test_unit_name():
     assert sf.unit_name("docker.socket") == "docker.socket"
 
 
-def test_default_runner_and_finder(tmp_path):
-    rc, out, err = sf.default_run_command(["/bin/sh", "-c", "echo $LC_ALL; echo oops >&2; exit 3"])
-    assert (rc, out, err) == (3, "C\n", "oops\n")
-    assert sf.default_run_command([str(tmp_path / "missing")])[0] == 127
-    assert sf.default_run_command(["/bin/sleep", "5"], timeout=0.2)[0] == 124
-    assert sf.default_find_binary("sh") is not None
-    assert sf.default_find_binary("no-such-tool-gpu-native") is None
+def test_default_is_the_shared_runner(h100_root, tmp_path):
+    """Without injections every command goes through node_tools (PATH lookup, LC_ALL=C, timeout)."""
+    facts = sf.NodeFacts(root=h100_root)
+    assert isinstance(facts.tools, NodeTools) and facts.tools.source == "live"
+    script = tmp_path / "containerd"
+    script.write_text("#!/bin/sh\necho \"containerd github.com/containerd/containerd v1.7.$LC_ALL\"\n")
+    script.chmod(0o755)
+    facts = sf.NodeFacts(root=h100_root, tools=NodeTools(paths={"containerd": str(script)}))
+    assert facts._tool("containerd", ["--version"]) == (0, "containerd github.com/containerd/containerd v1.7.C\n", "")
+    assert facts.tools.calls[0].status == "ok"
+    assert facts._tool("no-such-tool-gpu-native", []) is None

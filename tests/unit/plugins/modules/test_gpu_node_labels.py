@@ -27,8 +27,14 @@ def h100_xml():
         return handle.read().split("# ---- BEGIN VERBATIM ----\n", 1)[1]
 
 
+def captured(xml, **extra):
+    args = {"source": "captured", "captured": {"nvidia_smi_xml": xml}}
+    args.update(extra)
+    return args
+
+
 def test_captured_xml(capsys):
-    result = run(capsys, {"nvidia_smi_xml": h100_xml()})
+    result = run(capsys, captured(h100_xml()))
     assert result["changed"] is False and result["source"] == "captured"
     assert result["labels"] == {"accelerator": "nvidia-gpu", "gpu.nvidia.com/model": "NVIDIA-H100-80GB-HBM3",
                                 "gpu.nvidia.com/memory": "80Gi"}
@@ -52,8 +58,8 @@ def test_explicit_values_do_not_run_nvidia_smi(capsys):
 def test_missing_binary_fails_with_the_fix(capsys):
     result = run(capsys, {"nvidia_smi": "/nonexistent/nvidia-smi"})
     assert result["failed"] is True
-    assert result["msg"].startswith("nvidia-smi not found (/nonexistent/nvidia-smi)")
-    assert "Fix: install the NVIDIA driver" in result["msg"]
+    assert result["msg"].startswith("nvidia-smi was not found (/nonexistent/nvidia-smi)")
+    assert "Fix: install or load the NVIDIA driver" in result["msg"]
 
 
 def test_no_driver_capture_fails_with_the_fix(capsys, monkeypatch):
@@ -63,10 +69,28 @@ def test_no_driver_capture_fails_with_the_fix(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("args,fragment", [
-    ({"nvidia_smi_xml": "not xml"}, "holds no XML"),
-    ({"nvidia_smi_xml": h100_xml(), "model": "NVIDIA H100"}, "model: 'NVIDIA H100'"),
-    ({"nvidia_smi_xml": h100_xml(), "memory": "80"}, "memory: '80' must be"),
-])
+    (captured("not xml"), "holds no XML"),
+    (captured(h100_xml(), model="NVIDIA H100"), "model: 'NVIDIA H100'"),
+    (captured(h100_xml(), memory="80"), "memory: '80' must be"),
+    # issue #10.14: a 72-character label value was accepted (Kubernetes allows 63)
+    (captured(h100_xml(), memory="9" * 70 + "Gi"), "gpu.nvidia.com/memory: '999"),
+    ({"model": "NVIDIA-L40S", "memory": "1" * 62 + "Gi"}, "longer than 63 characters"),
+    ({"source": "captured"}, "source=captured needs captured.nvidia_smi_xml"),
+    ({"captured": {"nvidia_smi_xml": "x"}}, "captured is only read with source=captured"),
+    ({"nvidia_smi_xml": "x"}, "nvidia_smi_xml"),  # the old top-level option is gone
+    (captured("<nvidia_smi_log>" + "<!DOCTYPE a [" * 40000), "unterminated DOCTYPE"),
+    (captured("<nvidia_smi_log><gpu>" + "<a>" * 2000 + "</a>" * 2000 + "</gpu></nvidia_smi_log>"), "nests deeper"),
+    (captured(h100_xml(), command_timeout=-1), "command_timeout is -1"),
+], ids=["no_xml", "model", "memory_form", "memory_72_chars", "memory_64_chars", "not_captured", "captured_live",
+        "old_option", "doctype_flood", "nested_2000", "timeout"])
 def test_bad_input(capsys, args, fragment):
     result = run(capsys, args)
     assert result["failed"] is True and fragment in result["msg"]
+
+
+def test_hung_nvidia_smi_fails_within_the_timeout(capsys, monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_STANDIN_CAPTURE", os.path.join(CAPTURES, "h100x8-healthy"))
+    monkeypatch.setenv("NVIDIA_SMI_STANDIN_SLEEP", "60")
+    result = run(capsys, {"nvidia_smi": STANDIN, "command_timeout": 1})
+    assert result["failed"] is True
+    assert result["msg"].startswith("nvidia-smi did not answer within 1 s. Fix:")

@@ -18,28 +18,31 @@ NIC = dict(GPU, pci_bus_id="0000:01:00.0", class_code="0200", vendor_id="15b3", 
 
 
 class FakeTools:
-    """Answers run_command like the tools on a node; records the calls."""
+    """Answers like the tools on a node, behind the shared runner (node_tools); records the calls."""
 
     def __init__(self, answers):
         self.answers = answers
         self.calls = []
 
-    def get_bin_path(self, name, *args, **kwargs):
+    def find_tool(self, name, path_dirs=None):
         return "/usr/bin/" + name if any(key[0] == name for key in self.answers) else None
 
-    def run_command(self, argv, **kwargs):
+    def run_process(self, argv, timeout, env_update=None, max_bytes=None):
         argv = [argv[0].rsplit("/", 1)[-1]] + list(argv[1:])
         self.calls.append(argv)
         for key, answer in self.answers.items():
             if list(key) == argv[:len(key)]:
-                return answer
-        return (1, "", "unexpected call")
+                if answer == "hang":
+                    return None, b"", b"", True, False, timeout
+                rc, out, err = answer
+                return rc, out.encode(), err.encode(), False, False, 0.01
+        return 1, b"", b"unexpected call", False, False, 0.01
 
 
 def run(monkeypatch, args, answers, devices=(), users=(), paths=()):
     tools = FakeTools(answers)
-    monkeypatch.setattr(mod.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: tools.get_bin_path(name))
-    monkeypatch.setattr(mod.AnsibleModule, "run_command", lambda self, argv, **k: tools.run_command(argv))
+    monkeypatch.setattr(mod.node_tools, "find_tool", tools.find_tool)
+    monkeypatch.setattr(mod.node_tools, "run_process", tools.run_process)
     monkeypatch.setattr(mod, "read_sysfs_pci_devices", lambda: list(devices))
     monkeypatch.setattr(mod, "find_device_users", lambda: list(users))
     real_isdir = mod.os.path.isdir
@@ -121,3 +124,18 @@ def test_rejects_unknown_option(monkeypatch, capsys):
             mod.main()
     result = result_of(capsys)
     assert result["failed"] is True and "dkms_modul" in result["msg"]
+
+
+def test_hung_nvidia_smi_is_reported_not_waited_for(monkeypatch, capsys):
+    """Every tool runs through the shared runner: a hang is a result with the runner's message."""
+    tools = run(monkeypatch, {"command_timeout": 5}, {("nvidia-smi", "-L"): "hang"})
+    result = result_of(capsys)
+    assert result["nvidia_smi"] == {"present": True, "rc": None, "gpus": [],
+                                    "message": "nvidia-smi did not answer within 5 s."}
+    assert ["nvidia-smi", "-L"] in tools.calls
+
+
+def test_bad_command_timeout(monkeypatch, capsys):
+    run(monkeypatch, {"command_timeout": 0}, {})
+    result = result_of(capsys)
+    assert result["failed"] is True and result["msg"].startswith("command_timeout is 0. Fix:")

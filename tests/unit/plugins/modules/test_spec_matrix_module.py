@@ -6,6 +6,8 @@ import sys
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.modules import spec_matrix as module
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
@@ -151,7 +153,6 @@ def test_matrix_is_required(monkeypatch, capsys, h100_root):
 
 def test_real_nvidia_smi_standin_subprocess(monkeypatch, capsys, h100_root):
     """The default runner against the repository's nvidia-smi stand-in (real subprocess, real parser)."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import spec_facts
     from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
     repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
     standin = os.path.join(repo, "tests", "standins", "nvidia-smi")
@@ -160,10 +161,8 @@ def test_real_nvidia_smi_standin_subprocess(monkeypatch, capsys, h100_root):
         pytest.skip("nvidia-smi stand-in not present")
     monkeypatch.setenv("NVIDIA_SMI_STANDIN_CAPTURE", capture)
 
-    def find(name):
-        return standin if name == "nvidia-smi" else None
-    monkeypatch.setattr(module, "NodeFacts", lambda: NodeFacts(root=h100_root, find_binary=find))
-    assert spec_facts.default_run_command  # the real runner is used
+    monkeypatch.setattr(module, "NodeFacts", lambda: NodeFacts(
+        root=h100_root, tools=NodeTools(paths={"nvidia-smi": standin}, path_dirs=[])))
     matrix = {"profiles": {"h100": {"gpu": {"count": 8, "product": "NVIDIA H100 80GB HBM3", "mig_mode": "disabled"},
                                     "cuda": {"version": ">=12.4"}}}}
     with patch_module_args({"matrix": matrix}):
@@ -172,3 +171,39 @@ def test_real_nvidia_smi_standin_subprocess(monkeypatch, capsys, h100_root):
     result = json.loads(capsys.readouterr().out)
     assert info.value.code == 0, result.get("msg")
     assert result["summary"] == {"pass": 4, "fail": 0, "unknown": 0, "total": 4}
+
+
+RUNNER_FAILURES = [
+    (None, "missing", "nvidia-smi not installed"),
+    ("echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9", "no_driver",
+     "nvidia-smi failed: driver unreachable: NVIDIA-SMI has failed"),
+    ("sleep 30", "timeout", "nvidia-smi failed: nvidia-smi did not answer within 1 s."),
+    ("echo 'Failed to initialize NVML: Unknown Error' >&2; exit 255", "failed",
+     "nvidia-smi failed: Failed to initialize NVML: Unknown Error"),
+    ("printf 'GPU\\000\\377\\376'", "unreadable", "nvidia-smi output unreadable: it holds NUL bytes"),
+    ("echo '<nvidia_smi_log><gpu>'", "ok", "nvidia-smi output unreadable: nvidia-smi -q -x output is not valid XML"),
+]
+
+
+RUNNER_FAILURE_IDS = [f[1] if f[1] != "ok" else "garbage_xml" for f in RUNNER_FAILURES]
+
+
+@pytest.mark.parametrize("body, status, note", RUNNER_FAILURES, ids=RUNNER_FAILURE_IDS)
+def test_each_runner_failure_through_spec_matrix(monkeypatch, capsys, h100_root, tmp_path, body, status, note):
+    """A stand-in nvidia-smi script per runner failure: the GPU items are judged, never a hang or a crash."""
+    binary = tmp_path / "nvidia-smi"
+    if body:
+        binary.write_text("#!/bin/sh\n%s\n" % body)
+        binary.chmod(0o755)
+    tools = NodeTools(paths={"nvidia-smi": str(binary)}, path_dirs=[], timeout=1)
+    monkeypatch.setattr(module, "NodeFacts", lambda: NodeFacts(root=h100_root, tools=tools))
+    matrix = {"profiles": {"h100": {"gpu": {"count": 8}}}}
+    with patch_module_args({"matrix": matrix, "fail_on_drift": False}):
+        with pytest.raises(SystemExit) as info:
+            module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert info.value.code == 0, result.get("msg")
+    assert result["compliant"] is False
+    assert [c.status for c in tools.calls if c.tool == "nvidia-smi"] == [status]
+    assert result["facts"]["notes"]["gpu"].startswith(note), result["facts"]["notes"]
+    assert result["results"][0]["status"] in ("fail", "unknown")
