@@ -284,3 +284,12 @@ def test_default_is_the_shared_runner(h100_root, tmp_path):
     assert facts._tool("containerd", ["--version"]) == (0, "containerd github.com/containerd/containerd v1.7.C\n", "")
     assert facts.tools.calls[0].status == "ok"
     assert facts._tool("no-such-tool-gpu-native", []) is None
+
+
+def test_driver_seen_through_nvidia_smi_where_proc_driver_is_not_visible(h100_root):
+    """In a container /proc/driver/nvidia may be absent while nvidia-smi answers: that answer needs the driver."""
+    os.remove(os.path.join(h100_root, "proc/driver/nvidia/version"))
+    facts = node_facts(h100_root, h100_tools())
+    assert facts.driver() == {"version": "565.57.01", "loaded": True, "source": "nvidia-smi"}
+    assert facts.notes["driver"].startswith("no /proc/driver/nvidia/version here")
+    assert facts.gpu()["count"] == 8
