@@ -260,9 +260,13 @@ def inheritance_source(cri_table, runtime_name):
     """The runtime a new handler copies: ``(name, entry)`` or ``(None, None)``.
 
     Order: the default runtime (``default_runtime_name``), ``runc``, ``crun`` (as
-    ``nvidia-ctk runtime configure`` does), then the first runc-type runtime that
-    sets ``SystemdCgroup``.  Only runc-type runtimes qualify: a kata or gVisor
-    default has options a runc shim does not understand.
+    ``nvidia-ctk runtime configure`` does: NVIDIA/nvidia-container-toolkit,
+    pkg/config/engine GetLowLevelRuntimes), then the first runc-type runtime that
+    sets ``SystemdCgroup``.  Two deliberate differences from nvidia-ctk: a default
+    whose name starts with ``nvidia`` is not skipped (on images whose only runtime
+    is an NVIDIA one it is the only source of SystemdCgroup), and only runc-type
+    runtimes qualify (a kata or gVisor default has options a runc shim does not
+    understand).
     """
     runtimes = _runtimes(cri_table)
     default = _get(cri_table or {}, ("containerd", "default_runtime_name"))
@@ -547,7 +551,8 @@ def render_drop_in(data, version, config_path, runtime_name, binary_path, set_as
         "# replaces, rather than merges, plugin tables from imported files.\n"
         % (toml_compat.quote_string(runtime_name), config_path, toml_compat.format_key(cri))
     )
-    # The root config's version, never higher: containerd 2.3.0-2.3.4 refuse a drop-in with a higher one.
+    # The root config's version, never higher: containerd 2.3.0-2.3.4 refuse a drop-in with a higher one
+    # (check added by containerd PR #12891, reverted by PR #13939 and cherry-picked to release/2.3).
     body = toml_compat.dumps({"version": version, "plugins": {cri: cri_table}})
     return header + body, handler, existing, inherited_from
 
