@@ -186,7 +186,7 @@ handler_existed:
   type: bool
   sample: false
 handler_changes:
-  description: What changed in the handler, one C(key: before -> after) line each (a new handler lists every key).
+  description: What changed in the handler, one line per key in the form C(key - before -> after) (a new handler lists every key).
   returned: always
   type: list
   elements: str
@@ -533,10 +533,11 @@ def main():
         problems = exc.problems
         state = ("Nothing was changed (files written before it were restored)." if not problems
                  else "Restoring failed too: %s; restore them from backup." % "; ".join(problems))
-        module.fail_json(
-            msg="Cannot write %s: %s. %s Fix: make it writable (check `lsattr` for the immutable flag and "
-                "`chattr -i`, a read-only mount, permissions) and re-run." % (exc.path, exc.reason, state),
-            path=exc.path, **dict(result, changed=bool(problems)))
+        result["changed"] = bool(problems)
+        result["path"] = exc.path
+        result["msg"] = ("Cannot write %s: %s. %s Fix: make it writable (check `lsattr` for the immutable flag and "
+                         "`chattr -i`, a read-only mount, permissions) and re-run." % (exc.path, exc.reason, state))
+        module.fail_json(**result)
     result["written"] = True
     module.exit_json(**result)
 
