@@ -129,7 +129,7 @@ def _end_position(text):
 
 # ---------------------------------------------------------------- writer
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
 _ESCAPES = {
     "\\": "\\\\",
     '"': '\\"',
