@@ -9,17 +9,26 @@ the I/O, check mode and diff.
 
 Layout per config version (see docs/containerd_nvidia.md):
 
-=======  ==============================  ==========================================
-version  CRI plugin table                handler written to
-=======  ==============================  ==========================================
-none, 1  ``plugins.cri``                 the main file, in place (a marked block)
-2        ``io.containerd.grpc.v1.cri``   ``<drop_in_dir>/99-<name>.toml`` + imports
+=======  ===============================  =========================================
+version  CRI plugin table                 handler written to
+=======  ===============================  =========================================
+1/none   refused: run ``containerd config migrate`` first
+2        ``io.containerd.grpc.v1.cri``    ``<drop_in_dir>/99-<name>.toml`` + imports
 3, 4     ``io.containerd.cri.v1.runtime`` ``<drop_in_dir>/99-<name>.toml`` + imports
-=======  ==============================  ==========================================
+=======  ===============================  =========================================
 
-containerd before 2.1 *replaces* a plugin table found in an imported file
-instead of merging it, so the drop-in carries the whole CRI table, copied from
-the main config on every run (never kept stale).
+containerd before 2.0.0 *replaces* a plugin table found in an imported file
+instead of merging it (merging came with containerd PR #9982, released in
+2.0.0), so the drop-in carries the whole CRI table, copied from the main
+config on every run (never kept stale).  The drop-in declares the root
+config's ``version``: containerd 2.3.0 to 2.3.4 refuse to start when an
+imported file declares a higher one.
+
+The handler: an existing entry of the same name keeps every key it has
+(only ``BinaryName`` and ``SystemdCgroup`` change, and only when asked).  A new
+entry copies a runc-type runtime's settings, in the order ``nvidia-ctk``
+uses -- the default runtime, ``runc``, ``crun`` -- and then any runc-type
+runtime that sets ``SystemdCgroup``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -35,13 +44,20 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compa
 
 RUNC_V2 = "io.containerd.runc.v2"
 CRI_PLUGINS = {
-    1: "cri",
     2: "io.containerd.grpc.v1.cri",
     3: "io.containerd.cri.v1.runtime",
     4: "io.containerd.cri.v1.runtime",
 }
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+SUPPORTED_VERSIONS = (2, 3, 4)
 DEFAULT_VERSION = 2
+DEFAULT_BINARY = "/usr/bin/nvidia-container-runtime"
+# Input limits (docs/DEVELOPING.md, "Input limits").  containerd configs are a
+# few KiB; kubeadm/EKS/GKE ones stay under 64 KiB.
+MAX_CONFIG_CHARS = 1024 * 1024
+MAX_DEPTH = 32
+MAX_DROP_INS = 256
+V1_MESSAGE = ("%s: config version 1 is not supported: run `containerd config migrate` (containerd 1.7+) and retry; "
+              "nothing was changed.")
 
 MARKER = "# gpu_native.fleet.containerd_runtime:"
 _MARKER_RE = re.compile(
@@ -50,9 +66,6 @@ _MARKER_RE = re.compile(
     r"(?: (\"(?:[^\"\\]|\\.)*\"))?.*$",
     re.M,
 )
-_KEY_MARKER = " # gpu_native.fleet.containerd_runtime: was "
-_BLOCK_BEGIN = "# BEGIN gpu_native.fleet.containerd_runtime %s"
-_BLOCK_END = "# END gpu_native.fleet.containerd_runtime %s"
 # RuntimeClass.handler must be a DNS label, so the containerd runtime name must be one.
 _RUNTIME_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -77,13 +90,18 @@ class FileChange:
 
 
 class Plan:
-    def __init__(self, version, cri_plugin, drop_in_path, handler, files, warnings):
+    def __init__(self, version, cri_plugin, drop_in_path, handler, files, warnings,
+                 inherited_from=None, existing_handler=None):
         self.version = version
         self.cri_plugin = cri_plugin
         self.drop_in_path = drop_in_path
         self.handler = handler
         self.files = files
         self.warnings = warnings
+        # The runtime whose settings a new handler copied (None: kept an existing one, or none found).
+        self.inherited_from = inherited_from
+        # The handler as the main config already defined it (None when it did not).
+        self.existing_handler = existing_handler
 
     @property
     def changed(self):
@@ -93,14 +111,45 @@ class Plan:
     def effective_changed(self):
         return any(change.changed and change.effective for change in self.files)
 
+    def handler_changes(self):
+        """``path: before -> after`` lines for what the handler gained or lost (a new one: everything)."""
+        return describe_changes(self.existing_handler or {}, self.handler or {})
+
+
+def describe_changes(before, after, prefix=""):
+    lines = []
+    for key in list(before) + [k for k in after if k not in before]:
+        path = prefix + key
+        if key not in after:
+            lines.append("%s: %s -> (removed)" % (path, _short(before[key])))
+        elif key not in before:
+            lines.append("%s: (unset) -> %s" % (path, _short(after[key])))
+        elif isinstance(before[key], dict) and isinstance(after[key], dict):
+            lines.extend(describe_changes(before[key], after[key], path + "."))
+        elif before[key] != after[key] or type(before[key]) is not type(after[key]):
+            lines.append("%s: %s -> %s" % (path, _short(before[key]), _short(after[key])))
+    return lines
+
+
+def _short(value):
+    try:
+        return toml_compat.format_value(value)
+    except toml_compat.TomlWriteError:
+        return repr(value)
+
 
 # ---------------------------------------------------------------- parsing
 
 
 def parse(text, path):
-    """Parse config text; errors name the file and line."""
+    """Parse config text, within the input limits; errors name the file and line."""
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ContainerdConfigError(
+            "%s is %d characters long, more than the %d this module reads. Nothing was changed. "
+            "Fix: check that it is really containerd's config (they are a few KiB); move large parts "
+            "into imported files." % (path, len(text), MAX_CONFIG_CHARS))
     try:
-        return toml_compat.loads(text)
+        data = toml_compat.loads(text)
     except toml_compat.TomlParseError as exc:
         where = "line %s" % exc.line if exc.line is not None else "an unknown line"
         if exc.line is not None and exc.column is not None:
@@ -110,25 +159,48 @@ def parse(text, path):
             "Fix: correct the TOML syntax (containerd refuses to start with it) or restore the file from a backup."
             % (path, where, exc.reason)
         )
+    if _depth(data) > MAX_DEPTH:
+        raise ContainerdConfigError(
+            "%s nests tables or arrays more than %d levels deep. Nothing was changed. "
+            "Fix: containerd configs need far fewer levels; correct the file." % (path, MAX_DEPTH))
+    return data
+
+
+def _depth(value):
+    """Nesting depth of parsed TOML (iterative: no recursion limit to hit)."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > MAX_DEPTH:
+            break
+        if isinstance(node, dict):
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, level + 1) for child in node)
+    return deepest
 
 
 def detect_version(data, path):
-    """The config version: no key -> 1, an empty config -> 2, else 2/3/4."""
+    """The config version: an empty config -> 2, else 2/3/4; version 1 (or no key) is refused."""
     if not data:
         return DEFAULT_VERSION
     if "version" not in data:
-        return 1
+        raise ContainerdConfigError(V1_MESSAGE % path + " (The file has no 'version' key, which containerd reads as 1.)")
     version = data["version"]
     if isinstance(version, bool) or not isinstance(version, int):
         raise ContainerdConfigError(
-            "%s: 'version' is %r, not an integer. Fix: set 'version = 2' (containerd 1.x) or "
+            "%s: 'version' is %r, not an integer. Nothing was changed. Fix: set 'version = 2' (containerd 1.x) or "
             "'version = 3' (containerd 2.x)." % (path, version)
         )
+    if version == 1:
+        raise ContainerdConfigError(V1_MESSAGE % path)
     if version not in SUPPORTED_VERSIONS:
         raise ContainerdConfigError(
-            "%s declares config version %d, which this module does not support (supported: 1, 2, 3, 4). "
-            "Fix: check the containerd release that wrote it, or regenerate it with 'containerd config default'."
-            % (path, version)
+            "%s declares config version %d, which this module does not support (supported: 2, 3, 4). "
+            "Nothing was changed. Fix: check the containerd release that wrote it, or regenerate it with "
+            "'containerd config default'." % (path, version)
         )
     return version
 
@@ -169,26 +241,86 @@ def validate_runtime_name(name):
         )
 
 
-def build_handler(cri_table, binary_path):
-    """The handler entry: the runc entry's settings, runc.v2, BinaryName = binary_path.
+def _runtimes(cri_table):
+    runtimes = _get(cri_table or {}, ("containerd", "runtimes"))
+    return runtimes if isinstance(runtimes, dict) else {}
 
-    Like ``nvidia-ctk runtime configure``, the whole runc entry is copied so that
-    ``SystemdCgroup``, ``base_runtime_spec`` and friends carry over.
+
+def _is_runc_type(entry):
+    # containerd's CRI plugin uses io.containerd.runc.v2 when runtime_type is empty.
+    return isinstance(entry, dict) and entry.get("runtime_type", RUNC_V2) in (RUNC_V2, "")
+
+
+def _sets_systemd_cgroup(entry):
+    options = entry.get("options")
+    return isinstance(options, dict) and "SystemdCgroup" in options
+
+
+def inheritance_source(cri_table, runtime_name):
+    """The runtime a new handler copies: ``(name, entry)`` or ``(None, None)``.
+
+    Order: the default runtime (``default_runtime_name``), ``runc``, ``crun`` (as
+    ``nvidia-ctk runtime configure`` does: NVIDIA/nvidia-container-toolkit,
+    pkg/config/engine GetLowLevelRuntimes), then the first runc-type runtime that
+    sets ``SystemdCgroup``.  Two deliberate differences from nvidia-ctk: a default
+    whose name starts with ``nvidia`` is not skipped (on images whose only runtime
+    is an NVIDIA one it is the only source of SystemdCgroup), and only runc-type
+    runtimes qualify (a kata or gVisor default has options a runc shim does not
+    understand).
     """
-    runc = _get(cri_table or {}, ("containerd", "runtimes", "runc"))
-    handler = copy.deepcopy(runc) if isinstance(runc, dict) else {}
-    handler["runtime_type"] = RUNC_V2
+    runtimes = _runtimes(cri_table)
+    default = _get(cri_table or {}, ("containerd", "default_runtime_name"))
+    candidates = []
+    if isinstance(default, str) and default:
+        candidates.append(default)
+    candidates.extend(("runc", "crun"))
+    for name in candidates:
+        entry = runtimes.get(name)
+        if name != runtime_name and _is_runc_type(entry):
+            return name, entry
+    for name, entry in runtimes.items():
+        if name != runtime_name and _is_runc_type(entry) and _sets_systemd_cgroup(entry):
+            return name, entry
+    return None, None
+
+
+def _set_option(handler, key, value):
     options = handler.get("options")
     if not isinstance(options, dict):
         options = {}
-    options["BinaryName"] = binary_path
-    handler["options"] = options
+        handler["options"] = options
+    options[key] = value
+
+
+def build_handler(cri_table, runtime_name, binary_path, systemd_cgroup=None):
+    """The handler entry, ``(handler, existing, inherited_from)``.
+
+    ``binary_path`` None keeps an existing handler's BinaryName (a new one gets
+    DEFAULT_BINARY); ``systemd_cgroup`` None inherits/keeps, True/False sets it.
+    """
+    existing = _runtimes(cri_table).get(runtime_name)
+    if existing is not None and not isinstance(existing, dict):
+        raise ContainerdConfigError(
+            "containerd.runtimes.%s is a %s, not a table. Nothing was changed. Fix: correct the config."
+            % (runtime_name, type(existing).__name__))
+    if existing is not None:
+        handler = copy.deepcopy(existing)
+        if binary_path is not None:
+            _set_option(handler, "BinaryName", binary_path)
+        if systemd_cgroup is not None:
+            _set_option(handler, "SystemdCgroup", systemd_cgroup)
+        return handler, copy.deepcopy(existing), None
+    source_name, source = inheritance_source(cri_table, runtime_name)
+    handler = copy.deepcopy(source) if source is not None else {}
+    _set_option(handler, "BinaryName", binary_path or DEFAULT_BINARY)
+    if systemd_cgroup is not None:
+        _set_option(handler, "SystemdCgroup", systemd_cgroup)
     # runtime_type first, as containerd writes it.
     ordered = {"runtime_type": RUNC_V2}
     for key, value in handler.items():
         if key != "runtime_type":
             ordered[key] = value
-    return ordered
+    return ordered, None, source_name
 
 
 def _apply_handler(cri_table, runtime_name, handler, set_as_default, enable_cdi, where):
@@ -380,165 +512,14 @@ def _remove_element(text, elements, index):
     return text[:previous_comma - 1] + text[end:]
 
 
-# ---------------------------------------------------------------- v1, in place
-
-
-def _block_re(runtime_name):
-    return re.compile(
-        r"\n?^%s\n.*?^%s[^\n]*(?:\n|\Z)" % (re.escape(_BLOCK_BEGIN % runtime_name), re.escape(_BLOCK_END % runtime_name)),
-        re.M | re.S,
-    )
-
-
-def _statement_path(statement):
-    if statement.kind == "keyval":
-        return tuple(statement.table) + tuple(statement.key)
-    return tuple(statement.key)
-
-
-def _restore_marked_keys(text):
-    """Put back values that ``_set_key`` replaced (or drop keys it added)."""
-    lines = text.split("\n")
-    out = []
-    for line in lines:
-        position = line.rfind(_KEY_MARKER)
-        if position < 0:
-            out.append(line)
-            continue
-        previous = line[position + len(_KEY_MARKER):]
-        if previous.strip() == "unset":
-            continue
-        equals = line.index("=") + 1
-        while line[equals] in " \t":
-            equals += 1
-        out.append(line[:equals] + previous)
-    return "\n".join(out)
-
-
-def _set_key(text, table_path, key, value):
-    """Set ``table_path.key = value`` in place, recording the previous value.
-
-    Returns the new text, or None when the table has no header to add the key under.
-    """
-    data = toml_compat.loads(text)
-    current = _get(data, tuple(table_path) + (key,))
-    if current == value and type(current) is type(value):
-        return text
-    statements = toml_compat.scan_statements(text)
-    target = tuple(table_path) + (key,)
-    for statement in statements:
-        if statement.kind == "keyval" and _statement_path(statement) == target:
-            line_end = text.find("\n", statement.value_end)
-            line_end = len(text) if line_end < 0 else line_end
-            # The old value keeps its trailing comment, so that restoring is exact.
-            previous = text[statement.value_start:line_end]
-            return (text[:statement.value_start] + toml_compat.format_value(value) + _KEY_MARKER + previous
-                    + text[line_end:])
-    for index, statement in enumerate(statements):
-        if statement.kind == "table" and statement.key == tuple(table_path):
-            indent = "  "
-            if index + 1 < len(statements) and statements[index + 1].kind == "keyval":
-                following = statements[index + 1]
-                first = text[following.start:]
-                indent = first[: len(first) - len(first.lstrip(" \t"))]
-            line = "%s%s = %s%sunset\n" % (indent, toml_compat.format_key(key), toml_compat.format_value(value),
-                                           _KEY_MARKER)
-            return text[:statement.end] + line + text[statement.end:]
-    return None
-
-
-def _strip_runtime_tables(text, runtimes_path, runtime_name):
-    prefix = tuple(runtimes_path) + (runtime_name,)
-    statements = toml_compat.scan_statements(text)
-    spans = []
-    removing = False
-    for statement in statements:
-        path = _statement_path(statement)
-        if statement.kind in ("table", "array_table"):
-            removing = path[: len(prefix)] == prefix
-        if removing or path[: len(prefix)] == prefix:
-            spans.append((statement.start, statement.end))
-    return _remove_spans(text, spans)
-
-
-def _nest(path, value):
-    for key in reversed(path):
-        value = {key: value}
-    return value
-
-
-def plan_v1(text, config_path, runtime_name, binary_path, set_as_default, enable_cdi, state):
-    warnings = []
-    cri = CRI_PLUGINS[1]
-    runtimes_path = ("plugins", cri, "containerd", "runtimes")
-    stripped = _block_re(runtime_name).sub("", _restore_marked_keys(text))
-    if stripped != text:
-        _parse_own(stripped, config_path)  # undoing our own edits must leave valid TOML behind
-    handler = None
-    if state == "absent":
-        new_text = stripped
-    else:
-        stripped_data = toml_compat.loads(stripped)
-        if _get(stripped_data, runtimes_path + (runtime_name,)) is not None:
-            stripped = _strip_runtime_tables(stripped, runtimes_path, runtime_name)
-            warnings.append(
-                "%s already defined runtime %r outside the block this module manages; that definition was replaced."
-                % (config_path, runtime_name)
-            )
-            stripped_data = toml_compat.loads(stripped)
-        handler = build_handler(_get(stripped_data, ("plugins", cri)), binary_path)
-        block_lines = [_BLOCK_BEGIN % runtime_name]
-        extra = {}
-        new_text = stripped
-        settings = []
-        if set_as_default:
-            settings.append((("plugins", cri, "containerd"), "default_runtime_name", runtime_name))
-        if enable_cdi:
-            settings.append((("plugins", cri), "enable_cdi", True))
-        for table_path, key, value in settings:
-            edited = _set_key(new_text, table_path, key, value)
-            if edited is None:
-                extra.setdefault(table_path, {})[key] = value
-            else:
-                new_text = edited
-        document = _nest(runtimes_path + (runtime_name,), handler)
-        for table_path, values in extra.items():
-            document = _deep_merge(document, _nest(table_path, values))
-        block_lines.append(toml_compat.dumps(document).rstrip("\n"))
-        block_lines.append(_BLOCK_END % runtime_name)
-        if new_text and not new_text.endswith("\n"):
-            new_text += "\n"
-        if new_text.strip():
-            new_text += "\n"
-        new_text += "\n".join(block_lines) + "\n"
-        new_data = _parse_own(new_text, config_path)
-        registered = _get(new_data, runtimes_path + (runtime_name, "options", "BinaryName"))
-        if registered != binary_path:
-            raise ContainerdConfigError(
-                "%s: the edited config would not register runtime %r (BinaryName is %r). Nothing was changed. "
-                "Fix: simplify how %s is written in the file (use [table] headers), then re-run."
-                % (config_path, runtime_name, registered, ".".join(runtimes_path))
-            )
-    return Plan(1, cri, None, handler, [_change(config_path, text, new_text)], warnings)
-
-
-def _deep_merge(base, extra):
-    result = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = _deep_merge(result[key], value)
-        else:
-            result[key] = value
-    return result
-
-
 def _parse_own(text, config_path):
     try:
         return toml_compat.loads(text)
     except toml_compat.TomlParseError as exc:
         raise ContainerdConfigError(
-            "%s: editing the config in place would produce invalid TOML (%s). Nothing was changed. "
-            "Fix: rewrite the CRI plugin section with plain [table] headers, then re-run." % (config_path, exc)
+            "%s: adding the imports entry would produce invalid TOML (%s). Nothing was changed. "
+            "Fix: write the top-level keys (version, imports) before the first [table] header, then re-run."
+            % (config_path, exc)
         )
 
 
@@ -549,58 +530,120 @@ def drop_in_path_for(drop_in_dir, runtime_name):
     return os.path.join(drop_in_dir, "99-%s.toml" % runtime_name)
 
 
-def render_drop_in(data, version, config_path, runtime_name, binary_path, set_as_default, enable_cdi):
-    """The drop-in text and the handler, from the *current* main config."""
+def render_drop_in(data, version, config_path, runtime_name, binary_path, set_as_default, enable_cdi,
+                   systemd_cgroup=None):
+    """``(drop-in text, handler, existing handler, inherited_from)`` from the *current* main config."""
     cri = CRI_PLUGINS[version]
     source = _get(data, ("plugins", cri))
     if source is not None and not isinstance(source, dict):
         raise ContainerdConfigError(
-            "%s: plugins.%s is not a table. Fix: correct the config." % (config_path, cri))
+            "%s: plugins.%s is not a table. Nothing was changed. Fix: correct the config." % (config_path, cri))
     cri_table = copy.deepcopy(source) if source else {}
-    handler = build_handler(cri_table, binary_path)
+    try:
+        handler, existing, inherited_from = build_handler(cri_table, runtime_name, binary_path, systemd_cgroup)
+    except ContainerdConfigError as exc:
+        raise ContainerdConfigError("%s: plugins.%s.%s" % (config_path, toml_compat.format_key(cri), exc))
     _apply_handler(cri_table, runtime_name, handler, set_as_default, enable_cdi, config_path)
     header = (
         "# Managed by gpu_native.fleet.containerd_runtime: OCI runtime handler %s.\n"
         "# Regenerated from %s on every run; do not edit (changes are overwritten).\n"
-        "# It carries the whole [plugins.%s] table because containerd before 2.1\n"
+        "# It carries the whole [plugins.%s] table because containerd before 2.0\n"
         "# replaces, rather than merges, plugin tables from imported files.\n"
         % (toml_compat.quote_string(runtime_name), config_path, toml_compat.format_key(cri))
     )
+    # The root config's version, never higher: containerd 2.3.0-2.3.4 refuse a drop-in with a higher one
+    # (check added by containerd PR #12891, reverted by PR #13939 and cherry-picked to release/2.3).
     body = toml_compat.dumps({"version": version, "plugins": {cri: cri_table}})
-    return header + body, handler
+    return header + body, handler, existing, inherited_from
 
 
-def plan(config_path, config_text, drop_in_dir, drop_in_text, runtime_name, binary_path,
-         set_as_default=False, enable_cdi=False, state="present", other_drop_ins=None):
+def _already_satisfied(data, cri, runtime_name, handler, existing, set_as_default, enable_cdi):
+    """The main config alone already registers the handler exactly as asked."""
+    if existing is None or handler != existing:
+        return False
+    cri_table = _get(data, ("plugins", cri)) or {}
+    if set_as_default and _get(cri_table, ("containerd", "default_runtime_name")) != runtime_name:
+        return False
+    if enable_cdi and cri_table.get("enable_cdi") is not True:
+        return False
+    return True
+
+
+def _line_ending(text):
+    """``\r\n`` when every line of ``text`` ends so, else ``\n``."""
+    if text and "\r\n" in text and text.count("\r\n") == text.count("\n"):
+        return "\r\n"
+    return "\n"
+
+
+def plan(config_path, config_text, drop_in_dir, drop_in_text, runtime_name, binary_path=None,
+         set_as_default=False, enable_cdi=False, state="present", other_drop_ins=None, systemd_cgroup=None):
     """Work out what the main config and the drop-in should contain.
 
     ``config_text``/``drop_in_text``: current contents, None when the file is missing.
+    ``binary_path``: None keeps an existing handler's BinaryName (a new handler gets DEFAULT_BINARY).
+    ``systemd_cgroup``: None inherits (new handler) or keeps (existing one); True/False sets it.
     ``other_drop_ins``: ``{path: text}`` of the other ``*.toml`` files in drop_in_dir (for warnings).
+    Raises only ContainerdConfigError.
     """
+    try:
+        return _plan(config_path, config_text, drop_in_dir, drop_in_text, runtime_name, binary_path,
+                     set_as_default, enable_cdi, state, other_drop_ins, systemd_cgroup)
+    except toml_compat.TomlParseError as exc:
+        # Only reachable through a hand-edited marker comment: the files themselves were parsed first.
+        raise ContainerdConfigError(
+            "%s holds a gpu_native.fleet.containerd_runtime marker comment that cannot be read (%s). "
+            "Nothing was changed. Fix: delete the damaged marker comment and re-run." % (config_path, exc))
+    except toml_compat.TomlWriteError as exc:
+        raise ContainerdConfigError(
+            "%s: the CRI table holds a value that cannot be written back as TOML (%s). Nothing was changed. "
+            "Fix: simplify that value in the config." % (config_path, exc))
+
+
+def _plan(config_path, config_text, drop_in_dir, drop_in_text, runtime_name, binary_path,
+          set_as_default, enable_cdi, state, other_drop_ins, systemd_cgroup):
     validate_runtime_name(runtime_name)
-    for name, value in (("config_path", config_path), ("drop_in_dir", drop_in_dir), ("binary_path", binary_path)):
+    for name, value in (("config_path", config_path), ("drop_in_dir", drop_in_dir)):
         if not value or not os.path.isabs(value):
             raise ContainerdConfigError("%s must be an absolute path, got %r. Fix: pass an absolute path." % (name, value))
+    if binary_path is not None and not os.path.isabs(binary_path):
+        raise ContainerdConfigError(
+            "binary_path must be an absolute path, got %r. Fix: pass an absolute path." % (binary_path,))
+    if drop_in_text is not None:
+        parse(drop_in_text, drop_in_path_for(drop_in_dir, runtime_name))
     text = config_text if config_text is not None else ""
     data = parse(text, config_path)
     version = detect_version(data, config_path)
-    if version == 1:
-        return plan_v1(text, config_path, runtime_name, binary_path, set_as_default, enable_cdi, state)
+    newline = _line_ending(text)
+    if newline != "\n":
+        text = text.replace("\r\n", "\n")
     cri = CRI_PLUGINS[version]
     drop_in_path = drop_in_path_for(drop_in_dir, runtime_name)
     glob = os.path.join(drop_in_dir, "*.toml")
     warnings = []
     if state == "absent":
         new_text, delete = remove_imports(text)
-        main_after = None if delete else new_text
+        main_after = None if delete else new_text.replace("\n", newline)
         if config_text is None:
             main_after = None
         files = [_change(config_path, config_text, main_after),
                  FileChange(drop_in_path, drop_in_text, None, drop_in_text is not None)]
         return Plan(version, cri, drop_in_path, None, files, warnings)
-    drop_in, handler = render_drop_in(data, version, config_path, runtime_name, binary_path, set_as_default,
-                                      enable_cdi)
+    drop_in, handler, existing, inherited_from = render_drop_in(
+        data, version, config_path, runtime_name, binary_path, set_as_default, enable_cdi, systemd_cgroup)
+    if drop_in_text is None and _already_satisfied(data, cri, runtime_name, handler, existing, set_as_default,
+                                                   enable_cdi):
+        files = [_change(config_path, config_text, config_text), _change(drop_in_path, None, None)]
+        return Plan(version, cri, drop_in_path, handler, files, warnings, None, existing)
+    if existing is None and inherited_from is None and systemd_cgroup is None:
+        warnings.append(
+            "%s defines no runtime to copy settings from (default runtime, runc, crun or a runc-type runtime with "
+            "SystemdCgroup), so the new %r handler does not set SystemdCgroup and containerd uses cgroupfs for it. "
+            "Fix: set systemd_cgroup: true when the kubelet uses the systemd cgroup driver (false to silence this)."
+            % (config_path, runtime_name))
     new_text = ensure_imports(text, glob, drop_in_path, config_path, created=config_text is None)
+    _parse_own(new_text, config_path)
+    new_text = new_text.replace("\n", newline)
     for path, other in sorted((other_drop_ins or {}).items()):
         try:
             other_data = toml_compat.loads(other)
@@ -612,12 +655,17 @@ def plan(config_path, config_text, drop_in_dir, drop_in_text, runtime_name, bina
         if _get(other_data, ("plugins", cri)) is not None:
             later = os.path.basename(path) > os.path.basename(drop_in_path)
             warnings.append(
-                "%s also sets [plugins.%s]; before containerd 2.1 the file imported last replaces the whole table%s."
+                "%s also sets [plugins.%s]; before containerd 2.0 the file imported last replaces the whole table%s."
                 % (path, toml_compat.format_key(cri),
                    " and that file sorts after %s, so it wins" % os.path.basename(drop_in_path) if later else "")
             )
+        other_version = other_data.get("version") if isinstance(other_data, dict) else None
+        if isinstance(other_version, int) and not isinstance(other_version, bool) and other_version > version:
+            warnings.append(
+                "%s declares version %d, higher than %s's %d; containerd 2.3.0 to 2.3.4 refuse to start with it. "
+                "Fix: set its version to %d." % (path, other_version, config_path, version, version))
     files = [_change(config_path, config_text, new_text), _change(drop_in_path, drop_in_text, drop_in)]
-    return Plan(version, cri, drop_in_path, handler, files, warnings)
+    return Plan(version, cri, drop_in_path, handler, files, warnings, inherited_from, existing)
 
 
 def _change(path, before, after):

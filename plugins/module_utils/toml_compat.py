@@ -83,6 +83,14 @@ _LINE_COL = re.compile(r"line (\d+) column (\d+)")
 def loads(text):
     """Parse TOML text into plain dicts/lists; raise TomlParseError on bad input."""
     name, module = _backend()
+    try:
+        return _loads(name, module, text)
+    except RecursionError:
+        # Deeply nested arrays or inline tables exhaust the readers' recursion.
+        raise TomlParseError("arrays or inline tables are nested too deeply to read")
+
+
+def _loads(name, module, text):
     if name in ("tomllib", "tomli"):
         try:
             return module.loads(text)
@@ -121,7 +129,7 @@ def _end_position(text):
 
 # ---------------------------------------------------------------- writer
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
 _ESCAPES = {
     "\\": "\\\\",
     '"': '\\"',

@@ -161,3 +161,10 @@ def test_scanner_finds_statements_and_array_elements():
     imports = statements[1]
     assert [text[s:e] for s, e, _c in imports.elements] == ['"/a/*.toml"', "'/b/*.toml'"]
     assert text[statements[4].value_start:statements[4].value_end] == "{a = [1, {b = 2}]}"
+
+
+def test_key_with_trailing_newline_is_quoted():
+    """Found by tests/fuzz: a bare-key regex ending in "$" let "0\\n" through unquoted."""
+    document = {"0\n": [], "runc\n": {"a": 1}}
+    assert toml_compat.format_key("0\n") == '"0\\n"'
+    assert toml_compat.loads(toml_compat.dumps(document)) == document
