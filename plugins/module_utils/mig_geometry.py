@@ -164,6 +164,16 @@ _DEVICE_ID_RE = (
 NVIDIA_VENDOR = "10de"
 
 
+def display_key(value):
+    """A key as it appears in an error path: plain when printable, else its repr (never a newline)."""
+    if isinstance(value, str) and value and value.isprintable() and len(value) <= MAX_TEXT_KEY:
+        return value
+    return repr(value)[:MAX_TEXT_KEY]
+
+
+MAX_TEXT_KEY = 80
+
+
 class GeometryError(ValueError):
     """A geometry override or a device id is malformed."""
 
@@ -233,12 +243,12 @@ def check_model(model, data, path=None):
 
     Raises ``GeometryError`` naming the path of the first problem.
     """
-    path = path or "geometry.%s" % model
+    path = path or "geometry.%s" % display_key(model)
     if not isinstance(data, dict):
         raise GeometryError("%s must be a mapping" % path)
     for key in data:
         if key not in MODEL_KEYS:
-            raise GeometryError("%s.%s is not a known key (known: %s)" % (path, key, ", ".join(MODEL_KEYS)))
+            raise GeometryError("%s.%s is not a known key (known: %s)" % (path, display_key(key), ", ".join(MODEL_KEYS)))
     _check_text(data.get("description", model), "%s.description" % path)
     _check_int(data.get("memory_slots"), "%s.memory_slots" % path, 1, MAX_MEMORY_SLOTS)
     _check_int(data.get("slices"), "%s.slices" % path, 1, MAX_SLICES)
@@ -258,14 +268,14 @@ def check_model(model, data, path=None):
         raise GeometryError("%s.profiles must be a mapping of 1 to %d profile names to profiles" % (path, MAX_PROFILES))
     ids = {}
     for name, profile in profiles.items():
-        ppath = "%s.profiles.%s" % (path, name)
+        ppath = "%s.profiles.%s" % (path, display_key(name))
         if not isinstance(name, str) or not PROFILE_NAME_RE.match(name):
             raise GeometryError("%s: profile names look like 1g.10gb or 1g.10gb+me" % ppath)
         if not isinstance(profile, dict):
             raise GeometryError("%s must be a mapping" % ppath)
         for key in profile:
             if key not in PROFILE_KEYS:
-                raise GeometryError("%s.%s is not a known key (known: %s)" % (ppath, key, ", ".join(PROFILE_KEYS)))
+                raise GeometryError("%s.%s is not a known key (known: %s)" % (ppath, display_key(key), ", ".join(PROFILE_KEYS)))
         for key in ("id", "starts", "size"):
             if key not in profile:
                 raise GeometryError("%s.%s is required" % (ppath, key))
@@ -310,13 +320,15 @@ def merge_geometry(overrides=None, base=None):
     if len(overrides) > MAX_MODELS:
         raise GeometryError("geometry: %d models given, at most %d are accepted" % (len(overrides), MAX_MODELS))
     for model, data in overrides.items():
-        path = "geometry.%s" % model
+        path = "geometry.%s" % display_key(model)
+        if not isinstance(model, str) or not model.isprintable():
+            raise GeometryError("%s: a model name must be a printable string" % path)
         _check_text(model, "geometry: model name")
         if not isinstance(data, dict):
             raise GeometryError("%s must be a mapping" % path)
         for key in data:
             if key not in MODEL_KEYS:
-                raise GeometryError("%s.%s is not a known key (known: %s)" % (path, key, ", ".join(MODEL_KEYS)))
+                raise GeometryError("%s.%s is not a known key (known: %s)" % (path, display_key(key), ", ".join(MODEL_KEYS)))
         target = merged.setdefault(model, {"description": model, "device_ids": [], "products": [], "profiles": {}})
         for key in ("description", "slices", "memory_slots"):
             if key in data:
@@ -330,7 +342,7 @@ def merge_geometry(overrides=None, base=None):
         if profiles is not None and not isinstance(profiles, dict):
             raise GeometryError("%s.profiles must be a mapping of profile name to profile" % path)
         for name, profile in (profiles or {}).items():
-            ppath = "%s.profiles.%s" % (path, name)
+            ppath = "%s.profiles.%s" % (path, display_key(name))
             if not isinstance(name, str) or not PROFILE_NAME_RE.match(name):
                 raise GeometryError("%s: profile names look like 1g.10gb or 1g.10gb+me" % ppath)
             if not isinstance(profile, dict):

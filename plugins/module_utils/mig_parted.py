@@ -17,6 +17,7 @@ __metaclass__ = type
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import (
     PROFILE_NAME_RE,
     GeometryError,
+    display_key,
     normalize_device_id,
 )
 
@@ -35,7 +36,7 @@ def _entry_schema_errors(entry, path):
         return ["%s: a device entry must be a mapping with devices, mig-enabled and mig-devices" % path]
     for key in entry:
         if key not in ENTRY_KEYS:
-            errors.append("%s.%s: unknown key (allowed: %s)" % (path, key, ", ".join(ENTRY_KEYS)))
+            errors.append("%s.%s: unknown key (allowed: %s)" % (path, display_key(key), ", ".join(ENTRY_KEYS)))
     if "devices" not in entry:
         errors.append("%s.devices: required (all or a list of GPU indexes)" % path)
     else:
@@ -84,7 +85,7 @@ def _entry_schema_errors(entry, path):
         else:
             counts = []
             for name, count in devices_map.items():
-                where = "%s.mig-devices.%s" % (path, name)
+                where = "%s.mig-devices.%s" % (path, display_key(name))
                 match = PROFILE_NAME_RE.match(str(name))
                 if not match:
                     errors.append("%s: %r is not a MIG profile name (such as 1g.10gb or 1g.10gb+me)" % (where, name))
@@ -113,7 +114,7 @@ def schema_errors(document):
         return result
     for key in document:
         if key not in TOP_LEVEL_KEYS:
-            result[None].append("%s: unknown key (allowed: %s)" % (key, ", ".join(TOP_LEVEL_KEYS)))
+            result[None].append("%s: unknown key (allowed: %s)" % (display_key(key), ", ".join(TOP_LEVEL_KEYS)))
     if "version" not in document:
         result[None].append("version: required (v1)")
     elif document["version"] != SCHEMA_VERSION:
@@ -125,7 +126,7 @@ def schema_errors(document):
         result[None].append("mig-configs: must be a non-empty mapping of config name to device entries")
     else:
         for name, entries in configs.items():
-            path = "mig-configs.%s" % name
+            path = "mig-configs.%s" % display_key(name)
             errors = result.setdefault(name, [])
             if not isinstance(entries, list) or not entries:
                 errors.append("%s: must be a non-empty list of device entries" % path)

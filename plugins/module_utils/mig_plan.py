@@ -25,6 +25,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry impo
     GEOMETRY,
     GeometryError,
     GeometryIndex,
+    display_key,
     normalize_device_id,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_parted import schema_errors
@@ -111,7 +112,7 @@ def _evaluate_config(name, entries, gpus, index, cache, mig_strategy):
     gpu_indexes = set(g["index"] for g in gpus)
     enabled_layouts = {}
     for position, entry in enumerate(entries):
-        prefix = "config %s entry %d" % (name, position)
+        prefix = "config %s entry %d" % (display_key(name), position)
         entry_placements = []
         placements.append(entry_placements)
         filter_ids = _filter_ids(entry)
@@ -173,7 +174,7 @@ def _evaluate_config(name, entries, gpus, index, cache, mig_strategy):
 def _single_strategy_errors(name, gpus, claimed, enabled_layouts):
     """migStrategy single: every MIG-enabled GPU carries one and the same profile."""
     errors = []
-    prefix = "config %s (device plugin migStrategy single)" % name
+    prefix = "config %s (device plugin migStrategy single)" % display_key(name)
     profiles_seen = {}
     for gpu_index in sorted(enabled_layouts):
         gpu, layout = enabled_layouts[gpu_index]
