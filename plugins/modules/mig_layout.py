@@ -91,7 +91,7 @@ options:
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
 notes:
-  - Supports check mode (reports the plan and RV(changed), runs only the read-only C(nvidia-smi) calls) and diff mode
+  - Supports check mode (reports the plan and C(changed), runs only the read-only C(nvidia-smi) calls) and diff mode
     (the MIG layout per GPU before and after, as text).
   - With O(source=captured) the module only plans; use it in check mode.
   - When a mode change is still pending after the reset, RV(reboot_required) is true and no instances are created on
