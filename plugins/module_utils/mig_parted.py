@@ -134,4 +134,3 @@ def schema_errors(document):
             for position, entry in enumerate(entries):
                 errors.extend(_entry_schema_errors(entry, "%s[%d]" % (path, position)))
     return result
-

@@ -56,6 +56,8 @@ class Infeasible:
 
 class _SearchLimit(Exception):
     pass
+
+
 def _mask(start, size):
     return ((1 << size) - 1) << start
 

@@ -226,8 +226,8 @@ def test_a_layout_the_search_cannot_decide_is_invalid_with_the_reason(capsys):
     profiles = {"3g.3gb": {"id": 1, "slices": 3, "starts": list(range(0, 30)), "size": 3},
                 "2g.2gb": {"id": 2, "slices": 2, "starts": list(range(1, 31, 2)), "size": 2},
                 "1g.1gb": {"id": 3, "slices": 1, "starts": list(range(0, 32, 4)), "size": 1}}
-    document = {"version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": True,
-                                                          "mig-devices": {"3g.3gb": 8, "2g.2gb": 3, "1g.1gb": 2}}]}}
+    layout = {"3g.3gb": 8, "2g.2gb": 3, "1g.1gb": 2}
+    document = {"version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": layout}]}}
     wide = {"WIDE": {"device_ids": ["0x1234"], "slices": 32, "memory_slots": 40, "profiles": profiles}}
     result = run({"config": document, "gpus": [{"index": 0, "device_id": "0x1234"}], "geometry": wide}, capsys)
     assert result["failed"] is True and result["msg"].startswith("geometry is invalid: geometry.WIDE.memory_slots: 40")
