@@ -151,9 +151,31 @@ GEOMETRY = {
 # At most this many +me instances exist on one GPU: they take every media engine.
 MEDIA_EXTENSION_LIMIT = 1
 
-# "1g.10gb", "7g.141gb", "1g.10gb+me"; mig-parted's compute-instance form
-# "1c.2g.10gb" is recognised so that it can be reported clearly.
-PROFILE_NAME_RE = re.compile(r"^(?:(?P<ci>[1-9])c\.)?(?P<slices>[1-9])g\.(?P<memory>[1-9][0-9]*)gb(?P<me>\+me)?$")
+# "1g.10gb", "7g.141gb", "1g.10gb+me"; Blackwell adds "-me" (no media
+# engine), "+me.all" (every media engine) and "+gfx" (graphics), as the
+# RTX PRO 6000 Blackwell advertises them (1g.24gb-me, 2g.48gb+me.all,
+# 4g.96gb+gfx).  mig-parted's compute-instance form "1c.2g.10gb" is
+# recognised so that it can be reported clearly.  ``media_extensions`` (at
+# most one per GPU) is implied by "+me" and "+me.all".
+PROFILE_NAME_RE = re.compile(r"^(?:(?P<ci>[1-9])c\.)?(?P<slices>[1-9])g\.(?P<memory>[1-9][0-9]*)gb"
+                             r"(?:(?P<me>\+me(?:\.all)?)|-me|\+gfx)?$")
+
+# MIG-capable products whose profile ids and placements we could not confirm
+# from NVIDIA's MIG user guide or mig-parted's config-default.yaml (only their
+# profile names are public in what we could check).  A GPU whose product name
+# starts with one of these is refused with a clear message instead of a guess;
+# a ``geometry`` override that names its device id or product makes it usable.
+UNVERIFIED_PRODUCTS = ("gh200", "gb200", "gb300", "b300", "rtx pro 6000 blackwell")
+
+
+def unverified_product(product):
+    """The product name when it is a known MIG GPU without a verified geometry, else None."""
+    if not product:
+        return None
+    text = re.sub(r"\s+", " ", str(product).strip()).lower()
+    if text.startswith("nvidia "):
+        text = text[len("nvidia "):]
+    return product if any(text.startswith(prefix) for prefix in UNVERIFIED_PRODUCTS) else None
 
 _DEVICE_ID_RE = (
     re.compile(r"^0x(?P<device>[0-9a-fA-F]{4})(?P<vendor>[0-9a-fA-F]{4})$"),   # 0x233010DE

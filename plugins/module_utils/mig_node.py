@@ -93,11 +93,9 @@ def discover(query):
     """The ``gpus`` list (index, device_id or product, pci_bus_id) of a parsed ``-q -x``."""
     given = []
     for gpu in query["gpus"]:
-        item = {"index": gpu["index"], "pci_bus_id": gpu.get("pci_bus_id")}
+        item = {"index": gpu["index"], "pci_bus_id": gpu.get("pci_bus_id"), "product": gpu.get("product")}
         if gpu.get("pci_device_id"):
             item["device_id"] = gpu["pci_device_id"]
-        else:
-            item["product"] = gpu.get("product")
         given.append(item)
     return given
 

@@ -27,6 +27,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry impo
     GeometryIndex,
     display_key,
     normalize_device_id,
+    unverified_product,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_parted import schema_errors
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_placement import (
@@ -148,6 +149,10 @@ def _evaluate_config(name, entries, gpus, index, cache, mig_strategy):
                 continue
             enabled_layouts[gpu["index"]] = (gpu, layout)
             if gpu["model"] is None:
+                if unverified_product(gpu.get("product")):
+                    errors.append("%s: %s: no verified MIG geometry for %s; pass geometry overrides (the placements "
+                                  "nvidia-smi mig -lgipp prints on that GPU)" % (prefix, _gpu_label(gpu), gpu["product"]))
+                    continue
                 errors.append("%s: %s: MIG is not supported on this GPU (device id unknown to the MIG geometry); "
                               "exclude it with devices or device-filter" % (prefix, _gpu_label(gpu)))
                 continue

@@ -235,3 +235,30 @@ def test_a_layout_the_search_cannot_decide_is_invalid_with_the_reason(capsys):
     result = run({"config": document, "gpus": [{"index": 0, "device_id": "0x1234"}], "geometry": wide}, capsys)
     assert result["failed"] is True and result["valid"] is False
     assert "search limit reached" in result["msg"] and "treat it as invalid" in result["msg"]
+
+
+@pytest.mark.parametrize("product", ["NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA B300 SXM6 AC",
+                                     "NVIDIA RTX PRO 6000 Blackwell Server Edition"])
+def test_a_mig_gpu_without_a_verified_geometry_is_refused_clearly(capsys, product):
+    document = {"version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": True,
+                                                          "mig-devices": {"1g.24gb": 1}}]}}
+    result = run({"config": document, "gpus": [{"index": 0, "product": product}]}, capsys)
+    assert result["failed"] is True
+    assert "no verified MIG geometry for %s; pass geometry overrides" % product in result["msg"]
+
+
+def test_blackwell_profile_suffixes_work_through_a_geometry_override(capsys):
+    geometry = {"RTX-PRO-6000-TEST": {"products": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"], "slices": 4,
+                                      "memory_slots": 4, "profiles": {
+                                          "1g.24gb-me": {"id": 1, "starts": [0, 1, 2, 3], "size": 1},
+                                          "1g.24gb+me.all": {"id": 2, "starts": [0, 1, 2, 3], "size": 1},
+                                          "2g.48gb+gfx": {"id": 3, "starts": [0, 2], "size": 2}}}}
+    document = {"version": "v1", "mig-configs": {
+        "ok": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb-me": 1, "1g.24gb+me.all": 1, "2g.48gb+gfx": 1}}],
+        "two-me-all": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb+me.all": 2}}]}}
+    result = run({"config": document, "select": "ok", "geometry": geometry,
+                  "gpus": [{"index": 0, "product": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}]}, capsys)
+    assert result.get("failed") is not True, result
+    result = run({"config": document, "select": "two-me-all", "geometry": geometry,
+                  "gpus": [{"index": 0, "product": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}]}, capsys)
+    assert result["failed"] is True and "+me instances requested" in result["msg"]
