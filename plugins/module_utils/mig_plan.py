@@ -317,3 +317,31 @@ def actual_state(query_gpus, gi_rows, ci_rows):
     for gpu in state.values():
         gpu["instances"].sort(key=lambda i: (i["start"], i["gpu_instance_id"]))
     return state
+
+
+def expected_resources(config_result, strategy):
+    """The extended resources the NVIDIA device plugin advertises for a config's placements.
+
+    ``mixed``: ``nvidia.com/mig-<profile>`` per instance profile, and
+    ``nvidia.com/gpu`` for the GPUs with MIG disabled.  ``single``:
+    ``nvidia.com/gpu`` counts every MIG instance (all of one profile).  Any
+    other strategy: None (the plugin's answer depends on more than the layout).
+    Only GPUs with an index (present on the node) count.
+    """
+    if strategy not in ("single", "mixed"):
+        return None
+    resources = {}
+
+    def add(name, count=1):
+        resources[name] = resources.get(name, 0) + count
+
+    for entry in config_result["placements"]:
+        for item in entry:
+            if item["index"] is None:
+                continue
+            if not item["mig_enabled"]:
+                add("nvidia.com/gpu")
+                continue
+            for inst in item["instances"]:
+                add("nvidia.com/gpu" if strategy == "single" else "nvidia.com/mig-%s" % inst["profile"])
+    return dict((name, str(count)) for name, count in sorted(resources.items()))

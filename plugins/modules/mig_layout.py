@@ -168,6 +168,14 @@ commands:
   returned: always
   type: list
   elements: str
+resources:
+  description:
+    - The extended resources the NVIDIA device plugin should advertise for the layout with O(mig_strategy)
+      (V(mixed) - C(nvidia.com/mig-<profile>) and C(nvidia.com/gpu) for GPUs without MIG; V(single) -
+      C(nvidia.com/gpu) per instance); null for other strategies.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-4g.40gb": "2"}
 gpus:
   description: The node's GPUs with the model each resolved to.
   returned: always
@@ -192,6 +200,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_node import (
     plan_node,
     step_text,
 )
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_plan import expected_resources
 
 
 def _fail(module, tools, exc, **extra):
@@ -275,7 +284,8 @@ def main():
     plan = found["plan"]
     gpus = found["gpus"]
     result = dict(changed=bool(plan), plan=plan, drift=found["drift"], gpus=gpus, changed_gpus=[], steps=[],
-                  reboot_required=False, pending_gpus=[])
+                  reboot_required=False, pending_gpus=[],
+                  resources=expected_resources(found["evaluation"]["configs"][params["select"]], params["mig_strategy"]))
     if module._diff:
         result["diff"] = {"before_header": "MIG layout (now)", "after_header": "MIG layout %s" % params["select"],
                           "before": layout_lines(gpus, found["actual"]),

@@ -331,3 +331,15 @@ def test_pending_mode_change_is_drift():
     drift, plan = mplan.compare(config, actual, resolved)
     assert [d["kind"] for d in drift] == ["mig_mode", "mig_mode_pending"]
     assert plan[0]["mode_change"] is True and plan[0]["create"] == ""
+
+
+def test_expected_resources_follow_the_device_plugin_strategy():
+    gpus = mpl.resolve_gpus([{"index": i, "device_id": "0x2330"} for i in range(3)])[0]
+    document = {"version": "v1", "mig-configs": {"c": [
+        {"devices": [0, 1], "mig-enabled": True, "mig-devices": {"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}},
+        {"devices": [2], "mig-enabled": False}]}}
+    config = mplan.evaluate(document, gpus)["configs"]["c"]
+    assert mplan.expected_resources(config, "mixed") == {
+        "nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-4g.40gb": "2"}
+    assert mplan.expected_resources(config, "single") == {"nvidia.com/gpu": "7"}
+    assert mplan.expected_resources(config, None) is None
