@@ -177,6 +177,7 @@ def unverified_product(product):
         text = text[len("nvidia "):]
     return product if any(text.startswith(prefix) for prefix in UNVERIFIED_PRODUCTS) else None
 
+
 _DEVICE_ID_RE = (
     re.compile(r"^0x(?P<device>[0-9a-fA-F]{4})(?P<vendor>[0-9a-fA-F]{4})$"),   # 0x233010DE
     re.compile(r"^(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})$"),    # 10de:2330

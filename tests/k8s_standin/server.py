@@ -921,7 +921,6 @@ def reconcile_daemonsets(store):
                         "observedGeneration": ds["metadata"].get("generation", 1)}
 
 
-
 class Api:
     """REST semantics over a Store.  Every public method holds the store lock."""
 

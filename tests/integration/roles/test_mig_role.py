@@ -45,9 +45,10 @@ def daemonset(name, label):
 
 @pytest.fixture
 def operator_node(tmp_path):
-    yield from _node(tmp_path, [OPERATOR_NODE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}},
-                            daemonset("nvidia-device-plugin-daemonset", "nvidia.com/gpu.deploy.device-plugin"),
-                            daemonset("gpu-feature-discovery", "nvidia.com/gpu.deploy.gpu-feature-discovery")])
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
+    yield from _node(tmp_path, [OPERATOR_NODE, namespace,
+                                daemonset("nvidia-device-plugin-daemonset", "nvidia.com/gpu.deploy.device-plugin"),
+                                daemonset("gpu-feature-discovery", "nvidia.com/gpu.deploy.gpu-feature-discovery")])
 
 
 @pytest.fixture

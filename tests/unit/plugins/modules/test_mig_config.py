@@ -240,8 +240,8 @@ def test_a_layout_the_search_cannot_decide_is_invalid_with_the_reason(capsys):
 @pytest.mark.parametrize("product", ["NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA B300 SXM6 AC",
                                      "NVIDIA RTX PRO 6000 Blackwell Server Edition"])
 def test_a_mig_gpu_without_a_verified_geometry_is_refused_clearly(capsys, product):
-    document = {"version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": True,
-                                                          "mig-devices": {"1g.24gb": 1}}]}}
+    entry = {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb": 1}}
+    document = {"version": "v1", "mig-configs": {"c": [entry]}}
     result = run({"config": document, "gpus": [{"index": 0, "product": product}]}, capsys)
     assert result["failed"] is True
     assert "no verified MIG geometry for %s; pass geometry overrides" % product in result["msg"]
