@@ -3,7 +3,7 @@
 
 Builds a document of 1,000 configs (each a realistic mix: three per-model
 entries with device-filters, an H100 entry for an index list and one with MIG
-off; about 5% of the layouts do not fit) for an 8-GPU H100 node and times ``mig_parted.evaluate`` over all of it, the way
+off; about 5% of the layouts do not fit) for an 8-GPU H100 node and times ``mplan.evaluate`` over all of it, the way
 ``gpu_native.fleet.mig_config`` validates it (fresh placement cache per run).
 
 It reports a ratio against a baseline measured in the same run on the same
@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.join(REPO, ".cache", "collections"))
 if not os.path.isdir(os.path.join(REPO, ".cache", "collections", "ansible_collections", "gpu_native", "fleet")):
     sys.exit("Run `make collection-link` first (links the checkout as ansible_collections/gpu_native/fleet).")
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_parted  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_plan as mplan  # noqa: E402
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import GEOMETRY  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def random_layout(rng, model, invalid_share=0.05):
             layout[name] = rng.randint(0, 3)
         if not any(layout.values()):
             continue
-        feasible = mig_parted.find_placement(layout, GEOMETRY[model])[0] is not None
+        feasible = mpl.find_placement(layout, GEOMETRY[model])[0] is not None
         if feasible == want_valid:
             return layout
 
@@ -78,12 +79,12 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     document = build_document(args.configs)
-    gpus, errors = mig_parted.resolve_gpus([{"index": i, "device_id": "0x233010DE"} for i in range(8)])
+    gpus, errors = mpl.resolve_gpus([{"index": i, "device_id": "0x233010DE"} for i in range(8)])
     assert not errors
 
     baseline, _round_trip = timed(lambda: json.loads(json.dumps(document)), args.repeat)
     validate, result = timed(
-        lambda: mig_parted.evaluate(document, gpus, cache=mig_parted.PlacementCache(GEOMETRY)), args.repeat)
+        lambda: mplan.evaluate(document, gpus, cache=mpl.PlacementCache(GEOMETRY)), args.repeat)
     valid = sum(1 for c in result["configs"].values() if c["valid"])
     total = len(result["configs"])
     print("configs validated:        %d (%d valid, %d invalid), 8 GPUs" % (total, valid, total - valid))

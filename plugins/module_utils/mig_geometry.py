@@ -151,9 +151,32 @@ GEOMETRY = {
 # At most this many +me instances exist on one GPU: they take every media engine.
 MEDIA_EXTENSION_LIMIT = 1
 
-# "1g.10gb", "7g.141gb", "1g.10gb+me"; mig-parted's compute-instance form
-# "1c.2g.10gb" is recognised so that it can be reported clearly.
-PROFILE_NAME_RE = re.compile(r"^(?:(?P<ci>[1-9])c\.)?(?P<slices>[1-9])g\.(?P<memory>[1-9][0-9]*)gb(?P<me>\+me)?$")
+# "1g.10gb", "7g.141gb", "1g.10gb+me"; Blackwell adds "-me" (no media
+# engine), "+me.all" (every media engine) and "+gfx" (graphics), as the
+# RTX PRO 6000 Blackwell advertises them (1g.24gb-me, 2g.48gb+me.all,
+# 4g.96gb+gfx).  mig-parted's compute-instance form "1c.2g.10gb" is
+# recognised so that it can be reported clearly.  ``media_extensions`` (at
+# most one per GPU) is implied by "+me" and "+me.all".
+PROFILE_NAME_RE = re.compile(r"^(?:(?P<ci>[1-9])c\.)?(?P<slices>[1-9])g\.(?P<memory>[1-9][0-9]*)gb"
+                             r"(?:(?P<me>\+me(?:\.all)?)|-me|\+gfx)?$")
+
+# MIG-capable products whose profile ids and placements we could not confirm
+# from NVIDIA's MIG user guide or mig-parted's config-default.yaml (only their
+# profile names are public in what we could check).  A GPU whose product name
+# starts with one of these is refused with a clear message instead of a guess;
+# a ``geometry`` override that names its device id or product makes it usable.
+UNVERIFIED_PRODUCTS = ("gh200", "gb200", "gb300", "b300", "rtx pro 6000 blackwell")
+
+
+def unverified_product(product):
+    """The product name when it is a known MIG GPU without a verified geometry, else None."""
+    if not product:
+        return None
+    text = re.sub(r"\s+", " ", str(product).strip()).lower()
+    if text.startswith("nvidia "):
+        text = text[len("nvidia "):]
+    return product if any(text.startswith(prefix) for prefix in UNVERIFIED_PRODUCTS) else None
+
 
 _DEVICE_ID_RE = (
     re.compile(r"^0x(?P<device>[0-9a-fA-F]{4})(?P<vendor>[0-9a-fA-F]{4})$"),   # 0x233010DE
@@ -162,6 +185,16 @@ _DEVICE_ID_RE = (
     re.compile(r"^(?P<device>[0-9a-fA-F]{4})(?P<vendor>[0-9a-fA-F]{4})$"),     # 233010DE (nvidia-smi -q -x)
 )
 NVIDIA_VENDOR = "10de"
+
+
+def display_key(value):
+    """A key as it appears in an error path: plain when printable, else its repr (never a newline)."""
+    if isinstance(value, str) and value and value.isprintable() and len(value) <= MAX_TEXT_KEY:
+        return value
+    return repr(value)[:MAX_TEXT_KEY]
+
+
+MAX_TEXT_KEY = 80
 
 
 class GeometryError(ValueError):
@@ -201,27 +234,124 @@ def _normal_product(name):
     return text
 
 
+#: Bounds on geometry overrides: no GPU has more than 8 memory slots or 7
+#: compute slices; these leave room for any future model and keep the
+#: placement search small.
+MAX_MEMORY_SLOTS = 32
+MAX_SLICES = 32
+MAX_MODELS = 64
+MAX_PROFILES = 64
+MAX_LIST_ITEMS = 64
+MAX_TEXT = 200
+MODEL_KEYS = ("description", "device_ids", "products", "slices", "memory_slots", "profiles")
+PROFILE_KEYS = ("id", "slices", "starts", "size", "memory_gib", "media_extensions")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_text(value, path):
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT:
+        raise GeometryError("%s: %r must be a non-empty string of at most %d characters" % (path, value, MAX_TEXT))
+
+
+def _check_int(value, path, low, high):
+    if not _is_int(value) or not low <= value <= high:
+        raise GeometryError("%s: %r must be an integer from %d to %d" % (path, value, low, high))
+
+
+def check_model(model, data, path=None):
+    """Validate one complete model (the built-in table and merged overrides alike).
+
+    Raises ``GeometryError`` naming the path of the first problem.
+    """
+    path = path or "geometry.%s" % display_key(model)
+    if not isinstance(data, dict):
+        raise GeometryError("%s must be a mapping" % path)
+    for key in data:
+        if key not in MODEL_KEYS:
+            raise GeometryError("%s.%s is not a known key (known: %s)" % (path, display_key(key), ", ".join(MODEL_KEYS)))
+    _check_text(data.get("description", model), "%s.description" % path)
+    _check_int(data.get("memory_slots"), "%s.memory_slots" % path, 1, MAX_MEMORY_SLOTS)
+    _check_int(data.get("slices"), "%s.slices" % path, 1, MAX_SLICES)
+    for key in ("device_ids", "products"):
+        items = data.get(key, [])
+        if not isinstance(items, list) or len(items) > MAX_LIST_ITEMS:
+            raise GeometryError("%s.%s must be a list of at most %d strings" % (path, key, MAX_LIST_ITEMS))
+        for position, item in enumerate(items):
+            _check_text(item, "%s.%s[%d]" % (path, key, position))
+            if key == "device_ids":
+                try:
+                    normalize_device_id(item)
+                except GeometryError as exc:
+                    raise GeometryError("%s.%s[%d]: %s" % (path, key, position, exc))
+    profiles = data.get("profiles")
+    if not isinstance(profiles, dict) or not profiles or len(profiles) > MAX_PROFILES:
+        raise GeometryError("%s.profiles must be a mapping of 1 to %d profile names to profiles" % (path, MAX_PROFILES))
+    ids = {}
+    for name, profile in profiles.items():
+        ppath = "%s.profiles.%s" % (path, display_key(name))
+        if not isinstance(name, str) or not PROFILE_NAME_RE.match(name):
+            raise GeometryError("%s: profile names look like 1g.10gb or 1g.10gb+me" % ppath)
+        if not isinstance(profile, dict):
+            raise GeometryError("%s must be a mapping" % ppath)
+        for key in profile:
+            if key not in PROFILE_KEYS:
+                raise GeometryError("%s.%s is not a known key (known: %s)" % (ppath, display_key(key), ", ".join(PROFILE_KEYS)))
+        for key in ("id", "starts", "size"):
+            if key not in profile:
+                raise GeometryError("%s.%s is required" % (ppath, key))
+        _check_int(profile["id"], "%s.id" % ppath, 0, 255)
+        if profile["id"] in ids:
+            raise GeometryError("%s.id: %d is also the id of %s" % (ppath, profile["id"], ids[profile["id"]]))
+        ids[profile["id"]] = name
+        _check_int(profile.get("slices"), "%s.slices" % ppath, 1, data["slices"])
+        _check_int(profile["size"], "%s.size" % ppath, 1, data["memory_slots"])
+        starts = profile["starts"]
+        if not isinstance(starts, list) or not starts or len(starts) > data["memory_slots"]:
+            raise GeometryError("%s.starts must be a non-empty list of at most %d slots"
+                                % (ppath, data["memory_slots"]))
+        for position, start in enumerate(starts):
+            if not _is_int(start) or start < 0 or start + profile["size"] > data["memory_slots"]:
+                raise GeometryError(
+                    "%s.starts[%d]: %r must be a slot with start + size <= %d"
+                    % (ppath, position, start, data["memory_slots"]))
+        if len(set(starts)) != len(starts):
+            raise GeometryError("%s.starts lists a slot twice" % ppath)
+        memory = profile.get("memory_gib")
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory < 0):
+            raise GeometryError("%s.memory_gib: %r must be a non-negative number or null" % (ppath, memory))
+        if not isinstance(profile.get("media_extensions"), bool):
+            raise GeometryError("%s.media_extensions: %r must be true or false" % (ppath, profile.get("media_extensions")))
+
+
 def merge_geometry(overrides=None, base=None):
     """Return a deep copy of ``base`` (default ``GEOMETRY``) with ``overrides``.
 
     ``overrides`` maps model name to a model dict.  A known model is merged
     key by key (``profiles`` profile by profile); a new model must be complete.
-    Raises ``GeometryError`` naming the path of the first problem.
+    Every model touched is then checked by ``check_model``, the schema the
+    built-in table passes too.  Raises ``GeometryError`` naming the path of
+    the first problem.
     """
     merged = copy.deepcopy(GEOMETRY if base is None else base)
     if not overrides:
         return merged
     if not isinstance(overrides, dict):
         raise GeometryError("geometry must be a mapping of model name to model data")
-    model_keys = ("description", "device_ids", "products", "slices", "memory_slots", "profiles")
-    profile_keys = ("id", "slices", "starts", "size", "memory_gib", "media_extensions")
+    if len(overrides) > MAX_MODELS:
+        raise GeometryError("geometry: %d models given, at most %d are accepted" % (len(overrides), MAX_MODELS))
     for model, data in overrides.items():
-        path = "geometry.%s" % model
+        path = "geometry.%s" % display_key(model)
+        if not isinstance(model, str) or not model.isprintable():
+            raise GeometryError("%s: a model name must be a printable string" % path)
+        _check_text(model, "geometry: model name")
         if not isinstance(data, dict):
             raise GeometryError("%s must be a mapping" % path)
         for key in data:
-            if key not in model_keys:
-                raise GeometryError("%s.%s is not a known key (known: %s)" % (path, key, ", ".join(model_keys)))
+            if key not in MODEL_KEYS:
+                raise GeometryError("%s.%s is not a known key (known: %s)" % (path, display_key(key), ", ".join(MODEL_KEYS)))
         target = merged.setdefault(model, {"description": model, "device_ids": [], "products": [], "profiles": {}})
         for key in ("description", "slices", "memory_slots"):
             if key in data:
@@ -231,44 +361,24 @@ def merge_geometry(overrides=None, base=None):
                 if not isinstance(data[key], list):
                     raise GeometryError("%s.%s must be a list" % (path, key))
                 target[key] = list(data[key])
-        for name, profile in (data.get("profiles") or {}).items():
-            ppath = "%s.profiles.%s" % (path, name)
-            if not PROFILE_NAME_RE.match(str(name)):
+        profiles = data.get("profiles")
+        if profiles is not None and not isinstance(profiles, dict):
+            raise GeometryError("%s.profiles must be a mapping of profile name to profile" % path)
+        for name, profile in (profiles or {}).items():
+            ppath = "%s.profiles.%s" % (path, display_key(name))
+            if not isinstance(name, str) or not PROFILE_NAME_RE.match(name):
                 raise GeometryError("%s: profile names look like 1g.10gb or 1g.10gb+me" % ppath)
             if not isinstance(profile, dict):
                 raise GeometryError("%s must be a mapping" % ppath)
-            for key in profile:
-                if key not in profile_keys:
-                    raise GeometryError("%s.%s is not a known key (known: %s)" % (ppath, key, ", ".join(profile_keys)))
             entry = dict(target["profiles"].get(name) or {})
             entry.update(profile)
-            match = PROFILE_NAME_RE.match(str(name))
+            match = PROFILE_NAME_RE.match(name)
             entry.setdefault("slices", int(match.group("slices")))
             entry.setdefault("media_extensions", bool(match.group("me")))
             entry.setdefault("memory_gib", None)
-            for key in ("id", "starts", "size"):
-                if key not in entry:
-                    raise GeometryError("%s.%s is required for a new profile" % (ppath, key))
             target["profiles"][name] = entry
-        for key in ("slices", "memory_slots"):
-            if not isinstance(target.get(key), int) or isinstance(target.get(key), bool) or target[key] < 1:
-                raise GeometryError("%s.%s must be a positive integer" % (path, key))
-        try:
-            target["device_ids"] = [normalize_device_id(d) for d in target.get("device_ids", [])]
-        except GeometryError as exc:
-            raise GeometryError("%s.device_ids: %s" % (path, exc))
-        for name, profile in target["profiles"].items():
-            ppath = "%s.profiles.%s" % (path, name)
-            starts = profile["starts"]
-            size = profile["size"]
-            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-                raise GeometryError("%s.size must be a positive integer" % ppath)
-            if not isinstance(starts, list) or not starts or not all(
-                    isinstance(s, int) and not isinstance(s, bool) and 0 <= s and s + size <= target["memory_slots"]
-                    for s in starts):
-                raise GeometryError(
-                    "%s.starts must be a non-empty list of slots with start + size <= %d"
-                    % (ppath, target["memory_slots"]))
+        check_model(model, target, path)
+        target["device_ids"] = [normalize_device_id(d) for d in target.get("device_ids", [])]
     return merged
 
 

@@ -46,7 +46,7 @@ options:
   gpus:
     description:
       - The node's GPUs. When omitted, they are discovered with C(nvidia-smi -q -x) (or read from
-        O(captured.nvidia_smi_xml)).
+        O(captured.nvidia_smi_xml)). With O(mode=compare) a GPU index the node does not have is an error.
     type: list
     elements: dict
     suboptions:
@@ -81,11 +81,14 @@ options:
       - Additions or overrides to the MIG geometry, keyed by model name. A known model is merged key by key and
         profile by profile; a new model needs C(slices), C(memory_slots), C(device_ids) and C(profiles).
       - "A profile is C({id, starts, size}) with optional C(slices), C(memory_gib), C(media_extensions)."
+      - "Checked with the schema the built-in table passes (types, unknown keys, start + size within the slots),
+        and bounded: at most 32 memory slots and 32 slices per model, 64 models, 64 profiles per model.
+        A placement search that needs more than 100000 steps reports C(search limit reached) as invalid."
     type: dict
   captured:
     description:
       - Captured outputs to use instead of running C(nvidia-smi), for triage of a support bundle and for tests.
-        Unknown keys are rejected.
+        Unknown keys are rejected. Giving O(captured) replays it (O(source=captured)); nothing is run on the node.
     type: dict
     suboptions:
       nvidia_smi_xml:
@@ -97,13 +100,12 @@ options:
       mig_lci:
         description: Output of C(nvidia-smi mig -lci).
         type: str
-  nvidia_smi:
-    description:
-      - Path or name of the C(nvidia-smi) binary, for live discovery and O(mode=compare).
-    type: str
-    default: nvidia-smi
+extends_documentation_fragment:
+  - gpu_native.fleet.node_tools
 notes:
   - Supports check mode; the module is read-only either way.
+  - M(gpu_native.fleet.mig_layout) applies a config; both plan through the same code.
+  - In O(mode=compare), every GPU in O(gpus) must be one of the node's GPUs.
   - The geometry follows C(nvidia-smi mig -lgipp) (placements as C({allowed starts}:size) in memory slots).
 seealso:
   - name: mig-parted
@@ -234,171 +236,82 @@ commands:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import (
-    GeometryError,
-    GeometryIndex,
-    merge_geometry,
-)
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_parted import (
-    MigParseError,
-    PlacementCache,
-    actual_state,
-    compare,
-    evaluate,
-    parse_lci,
-    parse_lgi,
-    resolve_gpus,
-)
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
-    NvidiaSmiParseError,
-    parse_query_xml,
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_node import (
+    FIX_LAYOUT,
+    MigNodeError,
+    load_geometry,
+    plan_node,
 )
 
-FIX_LAYOUT = ("Fix: change the layouts named in errors (placements per model: nvidia-smi mig -lgipp, "
-              "docs/mig.md) or select a config meant for this node's GPUs.")
+
+def argument_spec():
+    spec = dict(
+        config=dict(type="dict", required=True),
+        select=dict(type="str"),
+        gpus=dict(type="list", elements="dict", options=dict(
+            index=dict(type="int", required=True),
+            device_id=dict(type="str"),
+            product=dict(type="str"),
+            pci_bus_id=dict(type="str"),
+        )),
+        mode=dict(type="str", choices=["validate", "compare"], default="validate"),
+        mig_strategy=dict(type="str", choices=["none", "single", "mixed"]),
+        geometry=dict(type="dict"),
+        captured=dict(type="dict", options=dict(
+            nvidia_smi_xml=dict(type="str"),
+            mig_lgi=dict(type="str"),
+            mig_lci=dict(type="str"),
+        )),
+    )
+    spec.update(node_tools.argument_spec())
+    return spec
 
 
-class _Runner:
-    """Runs nvidia-smi (or returns captured text) and records the commands."""
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.captured = module.params.get("captured") or {}
-        self.commands = []
-        self._binary = None
-
-    def binary(self):
-        if self._binary is None:
-            path = self.module.get_bin_path(self.params["nvidia_smi"])
-            if path is None:
-                self.module.fail_json(
-                    msg="nvidia-smi (%s) was not found on the node. Fix: install the NVIDIA driver utilities, set "
-                        "nvidia_smi to its path, or pass gpus (and captured for compare) to work offline."
-                        % self.params["nvidia_smi"], commands=self.commands)
-            self._binary = path
-        return self._binary
-
-    def run(self, key, args, empty_ok=False):
-        if self.captured.get(key) is not None:
-            return self.captured[key]
-        argv = [self.binary()] + args
-        self.commands.append(" ".join(argv))
-        rc, out, err = self.module.run_command(argv)
-        if rc != 0:
-            text = (out + err).strip()
-            lowered = text.lower()
-            if empty_ok and ("no gpu instances found" in lowered or "no compute instances found" in lowered
-                             or "no mig-enabled devices found" in lowered):
-                return ""
-            first = text.splitlines()[0] if text else "no output"
-            self.module.fail_json(
-                msg="%s failed (rc=%d): %s. Fix: check the driver with nvidia-smi on the node." % (" ".join(argv), rc, first),
-                rc=rc, stdout=out, stderr=err, commands=self.commands)
-        return out
-
-
-def _query_xml(runner):
-    text = runner.run("nvidia_smi_xml", ["-q", "-x"])
+def make_tools(module):
+    params = dict(module.params)
+    captured = dict((k, v) for k, v in (params.get("captured") or {}).items() if v is not None)
+    if captured:
+        params["source"] = "captured"
     try:
-        return parse_query_xml(text)
-    except NvidiaSmiParseError as exc:
-        runner.module.fail_json(
-            msg="nvidia-smi -q -x output cannot be read: %s. Fix: check the driver (nvidia-smi -q -x) or pass gpus."
-                % exc, commands=runner.commands)
+        return node_tools.from_module_params(params, captured=captured)
+    except node_tools.NodeToolsError as exc:
+        module.fail_json(msg=str(exc))
+
+
+def commands(tools):
+    return [call.command for call in tools.calls if call.source == "live"]
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            config=dict(type="dict", required=True),
-            select=dict(type="str"),
-            gpus=dict(type="list", elements="dict", options=dict(
-                index=dict(type="int", required=True),
-                device_id=dict(type="str"),
-                product=dict(type="str"),
-                pci_bus_id=dict(type="str"),
-            )),
-            mode=dict(type="str", choices=["validate", "compare"], default="validate"),
-            mig_strategy=dict(type="str", choices=["none", "single", "mixed"]),
-            geometry=dict(type="dict"),
-            captured=dict(type="dict", options=dict(
-                nvidia_smi_xml=dict(type="str"),
-                mig_lgi=dict(type="str"),
-                mig_lci=dict(type="str"),
-            )),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
-    runner = _Runner(module)
-    if params["mode"] == "compare" and not params["select"]:
+    tools = make_tools(module)
+    compare_state = params["mode"] == "compare"
+    if compare_state and not params["select"]:
         module.fail_json(msg="mode=compare needs select. Fix: name the config to compare against in select.")
-
-    try:
-        geometry = merge_geometry(params["geometry"])
-    except GeometryError as exc:
-        module.fail_json(msg="geometry is invalid: %s. Fix: correct the override (see the geometry option)." % exc)
-    index = GeometryIndex(geometry)
-
-    query = None
+    given = None
     if params["gpus"] is not None:
         given = [dict((k, v) for k, v in gpu.items() if v is not None) for gpu in params["gpus"]]
-    else:
-        query = _query_xml(runner)
-        given = []
-        for gpu in query["gpus"]:
-            item = {"index": gpu["index"], "pci_bus_id": gpu.get("pci_bus_id")}
-            if gpu.get("pci_device_id"):
-                item["device_id"] = gpu["pci_device_id"]
-            else:
-                item["product"] = gpu.get("product")
-            given.append(item)
-        if not given:
-            module.fail_json(msg="nvidia-smi -q -x lists no GPUs. Fix: check the driver, or pass gpus to validate offline.",
-                             commands=runner.commands)
-    gpus, gpu_errors = resolve_gpus(given, index)
-    if gpu_errors:
-        module.fail_json(msg="gpus is invalid: %s. Fix: give each GPU an index and a device_id or product."
-                         % "; ".join(gpu_errors), errors=gpu_errors)
-
-    strategy = params["mig_strategy"]
-    result = evaluate(params["config"], gpus, geometry=geometry, select=params["select"],
-                      mig_strategy=strategy, cache=PlacementCache(geometry))
+    try:
+        geometry = load_geometry(params["geometry"])
+        found = plan_node(tools, params["config"], params["select"], given, geometry,
+                          mig_strategy=params["mig_strategy"], compare_state=compare_state)
+    except MigNodeError as exc:
+        facts = dict(exc.facts)
+        if compare_state:
+            facts.update(drift=[], plan=[], in_sync=False, actual={})
+        module.fail_json(msg=exc.msg, commands=commands(tools), **facts)
+    result = found["evaluation"]
     output = dict(changed=False, valid=result["valid"], errors=result["errors"], configs=result["configs"],
-                  gpus=gpus, commands=runner.commands)
-
-    if params["mode"] == "validate":
+                  gpus=found["gpus"], commands=commands(tools))
+    if not compare_state:
         if not result["valid"]:
             module.fail_json(msg="mig-parted config is invalid: %s%s. %s" % (
                 result["errors"][0], " (and %d more)" % (len(result["errors"]) - 1) if len(result["errors"]) > 1 else "",
                 FIX_LAYOUT), **output)
         module.exit_json(**output)
-
-    # compare
-    if query is None:
-        query = _query_xml(runner)
-    if not result["valid"] or params["select"] not in result["configs"]:
-        output.update(drift=[], plan=[], in_sync=False, actual={})
-        module.fail_json(msg="config %s is invalid, so there is nothing to compare against: %s. %s"
-                         % (params["select"], result["errors"][0] if result["errors"] else "unknown", FIX_LAYOUT),
-                         **output)
-    any_mig = any(str(g.get("mig_mode") or "").lower() == "enabled" for g in query["gpus"])
-    try:
-        gi_rows = parse_lgi(runner.run("mig_lgi", ["mig", "-lgi"], empty_ok=True)) if any_mig or runner.captured.get("mig_lgi") else []
-        ci_rows = parse_lci(runner.run("mig_lci", ["mig", "-lci"], empty_ok=True)) if any_mig or runner.captured.get("mig_lci") else []
-    except MigParseError as exc:
-        module.fail_json(msg="%s. Fix: check nvidia-smi mig -lgi/-lci on the node." % exc, **output)
-    actual = actual_state(query["gpus"], gi_rows, ci_rows)
-    known = set(g["index"] for g in gpus)
-    for gpu in query["gpus"]:
-        for item in gpus:
-            if item["index"] == gpu["index"] and not item.get("pci_bus_id"):
-                item["pci_bus_id"] = gpu.get("pci_bus_id")
-    drift, plan = compare(result["configs"][params["select"]], actual, gpus)
-    output.update(drift=drift, plan=plan, in_sync=not drift,
-                  actual=dict((str(k), v) for k, v in sorted(actual.items()) if k in known))
+    output.update(drift=found["drift"], plan=found["plan"], in_sync=not found["drift"], actual=found["actual_report"])
     module.exit_json(**output)
 
 

@@ -20,6 +20,7 @@ import argparse
 import base64
 import copy
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -856,6 +857,70 @@ class Store:
         self.changed.notify_all()
 
 
+# -- DaemonSet controller (stand-in) ------------------------------------------
+# The real DaemonSet controller runs one pod per node whose labels match the
+# pod template's nodeSelector, and removes it when they stop matching.  The
+# GPU Operator pauses its DaemonSets on a node by relabelling the node
+# (nvidia.com/gpu.deploy.device-plugin=paused-for-mig-change); this controller
+# makes that visible: pods leave and come back (with a new name).  Only pods
+# owned by a DaemonSet object in the store are managed; seeded pods whose
+# owner is not stored are left alone.
+
+def _daemonset_wants(ds, node):
+    selector = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector") or {}
+    labels = node.get("metadata", {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _daemonset_pod(ds, node_name, revision):
+    template = copy.deepcopy((ds.get("spec") or {}).get("template") or {})
+    meta = ds["metadata"]
+    suffix = hashlib.sha256(("%s/%s/%s" % (meta["name"], node_name, revision)).encode()).hexdigest()[:5]
+    spec = template.get("spec") or {}
+    spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "%s-%s" % (meta["name"], suffix), "namespace": meta.get("namespace", "default"),
+            "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+            "uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339(),
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": meta["name"],
+                                 "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": spec,
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def reconcile_daemonsets(store):
+    """Create and remove DaemonSet pods so that they follow node labels (holds the store lock)."""
+    daemonsets = [obj for key, obj in store.objects.items() if key[0] == "apps" and key[1] == "daemonsets"]
+    nodes = [obj for key, obj in store.objects.items() if key[0] == "" and key[1] == "nodes"]
+    pods = [(key, obj) for key, obj in store.objects.items() if key[0] == "" and key[1] == "pods"]
+    for ds in daemonsets:
+        uid = ds["metadata"].get("uid")
+        owned = {}
+        for key, pod in pods:
+            refs = pod["metadata"].get("ownerReferences") or []
+            if any(ref.get("kind") == "DaemonSet" and ref.get("uid") == uid for ref in refs):
+                owned.setdefault(pod.get("spec", {}).get("nodeName"), []).append(key)
+        for node in nodes:
+            node_name = node["metadata"]["name"]
+            wanted = _daemonset_wants(ds, node)
+            if wanted and not owned.get(node_name):
+                pod = _daemonset_pod(ds, node_name, store.revision)
+                pod["metadata"]["resourceVersion"] = store.bump()
+                store.objects[("", "pods", pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+            elif not wanted:
+                for key in owned.get(node_name, []):
+                    del store.objects[key]
+                    store.bump()
+        desired = sum(1 for node in nodes if _daemonset_wants(ds, node))
+        ds["status"] = {"desiredNumberScheduled": desired, "currentNumberScheduled": desired,
+                        "numberReady": desired, "numberAvailable": desired, "numberMisscheduled": 0,
+                        "observedGeneration": ds["metadata"].get("generation", 1)}
+
+
 class Api:
     """REST semantics over a Store.  Every public method holds the store lock."""
 
@@ -910,6 +975,8 @@ class Api:
                                                 if v.get("storage")]}
         ns = new["metadata"].get("namespace", "")
         self.store.objects[self._key(rtype, ns, name)] = new
+        if rtype.kind in ("Node", "DaemonSet") and not rtype.custom:
+            reconcile_daemonsets(self.store)
         self.store.save()
         self.store.notify()
         return new

@@ -14,6 +14,8 @@ tests/fixtures/mig/09_nvsmi_mig_tables_part.txt):
     nvidia-smi mig [-i N] -dci [-gi G] [-ci C]
     nvidia-smi mig [-i N] -dgi [-gi G]
     nvidia-smi -q -x                    the captured XML with MIG mode and devices rewritten
+    nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name[,used_memory] --format=csv[,noheader]
+                                        the processes the state's "processes" knob lists
 
 It refuses what the real tool refuses: an unknown profile, a start the profile
 does not allow, an overlapping placement (Insufficient Resources), MIG
@@ -28,6 +30,8 @@ on the first MIG call.  Knobs a test may set in it:
     "busy": [0]                       GPU indexes in use by another client
                                       (mode changes stay pending, -r, -dci, -dgi
                                       and -cgi are refused)
+    "processes": [{"gpu": 1, "pid": 4242, "name": "python3"}]
+                                      compute processes --query-compute-apps lists
 
 Every call is appended to ``calls.log`` (JSON lines: time, argv, rc) next to
 the state file, so tests can check the order of operations.
@@ -603,8 +607,40 @@ HANDLERS = {"-lgip": _lgip, "-lgipp": _lgipp, "-lgi": _lgi, "-lci": _lci, "-cgi"
 MUTATING = ("-cgi", "-dci", "-dgi", "-mig", "-r")
 
 
+_APPS_FIELDS = {"gpu_bus_id": "bus", "pid": "pid", "process_name": "name", "used_memory": "memory"}
+
+
+def _compute_apps(argv, capture_dir):
+    """``--query-compute-apps=F,.. --format=csv[,noheader]``: None when the call is not that."""
+    query = [a for a in argv if a.startswith("--query-compute-apps=")]
+    formats = [a for a in argv if a.startswith("--format=")]
+    if len(query) != 1 or len(formats) != 1 or len(argv) != 2:
+        return None
+    fields = query[0].split("=", 1)[1].split(",")
+    options = formats[0].split("=", 1)[1].split(",")
+    if any(f not in _APPS_FIELDS for f in fields) or "csv" not in options:
+        print(INVALID_ARGS)
+        return EXIT_INVALID
+    state = load_state(capture_dir)
+    if state is None:
+        return None
+    rows = [] if "noheader" in options else [", ".join(fields)]
+    for proc in state.get("processes", []):
+        gpu = [g for g in state["gpus"] if g["index"] == proc["gpu"]][0]
+        values = {"bus": gpu["bus_id"], "pid": str(proc["pid"]), "name": proc.get("name", "python3"),
+                  "memory": "%d MiB" % proc.get("memory_mib", 1024)}
+        rows.append(", ".join(values[_APPS_FIELDS[f]] for f in fields))
+    if rows:
+        print("\n".join(rows))
+    return 0
+
+
 def handle(argv, capture_dir):
     """Answer a MIG call; return the exit status, or None when the call is not ours."""
+    if any(a.startswith("--query-compute-apps") for a in argv):
+        code = _compute_apps(argv, capture_dir)
+        _log(argv, code)
+        return code
     command, opts = _parse(argv)
     if command is None:
         _log(argv, None)

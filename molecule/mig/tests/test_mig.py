@@ -70,14 +70,43 @@ def test_the_drain_evicted_the_workload_but_not_the_daemonset_pod():
     assert "nvidia-device-plugin-x7k2p" in pods
 
 
-def test_cordon_and_pending_came_before_the_first_change_and_success_after_the_last(events, calls, failure):
+def _rfc3339(text):
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").timestamp()
+
+
+def test_cordon_pending_and_pause_came_before_the_first_change_and_restore_and_success_after_the_last(
+        events, calls, failure):
     first_run = _mutating(calls[:failure["calls_before"]])
     reasons = [e["reason"] for e in events]
-    assert reasons[:3] == ["MigConfigCordoned", "MigConfigPending", "MigConfigSuccess"]
-    cordoned, pending, success = events[:3]
+    assert reasons[:5] == ["MigConfigCordoned", "MigConfigPending", "MigGpuClientsPaused", "MigGpuClientsRestored",
+                           "MigConfigSuccess"]
+    cordoned, pending, paused, restored, success = events[:5]
     assert first_run, "converge changed nothing on the GPUs"
-    assert _time(cordoned) < _time(pending) < first_run[0]["time"]
-    assert first_run[-1]["time"] < _time(success)
+    assert _time(cordoned) < _time(pending) < _time(paused) < first_run[0]["time"]
+    assert first_run[-1]["time"] < _time(restored) < _time(success)
+    assert "nvidia.com/gpu.deploy.device-plugin, nvidia.com/gpu.deploy.gpu-feature-discovery" in paused["message"]
+    assert "dcgm-exporter" not in paused["message"]  # "false": left alone
+
+
+def test_the_gpu_operator_pods_left_and_came_back(node, calls, failure):
+    labels = node["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"           # restored, also after the failure
+    assert labels["nvidia.com/gpu.deploy.gpu-feature-discovery"] == "true"
+    assert labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"          # never touched
+    pods = [p for p in _objects("pods") if p["metadata"]["namespace"] == "gpu-operator"]
+    assert sorted(p["metadata"]["labels"]["app"] for p in pods) == ["gpu-feature-discovery", "nvidia-device-plugin-daemonset"]
+    last_change = _mutating(calls)[-1]["time"]
+    for pod in pods:  # created again after the last GPU change (the side effect's refused one)
+        assert pod["spec"]["nodeName"] == "gpu-node-1" and pod["status"]["phase"] == "Running"
+        assert _rfc3339(pod["metadata"]["creationTimestamp"]) >= int(last_change)
+
+
+def test_the_host_gpu_client_was_stopped_for_each_change_and_started_again(host, calls, failure):
+    starts = [float(t) for t in host.file("/var/log/nvidia-dcgm-standin.starts").content_string.split()]
+    assert len(starts) == 3  # prepare, after converge, after the side effect's failure (idempotence: untouched)
+    first_run = _mutating(calls[:failure["calls_before"]])
+    assert starts[0] < first_run[0]["time"] and first_run[-1]["time"] < starts[1]
+    assert host.service("nvidia-dcgm").is_running
     assert [c["argv"] for c in first_run] == [
         ["-i", "0", "-mig", "1"], ["-i", "1", "-mig", "1"],
         ["mig", "-i", "0", "-cgi", "5:0,14:4,19:6", "-C"], ["mig", "-i", "1", "-cgi", "5:0,14:4,19:6", "-C"]]
@@ -90,8 +119,9 @@ def test_the_refused_apply_left_the_node_cordoned_with_state_failed(node, events
     assert labels["nvidia.com/mig.config"] == "balanced"  # the last layout that was applied
     reason = node["metadata"]["annotations"]["gpu-native.io/mig.config.failure-reason"]
     assert "mig -i 1 -dci" in reason and "In use by another client" in reason
-    assert [e["reason"] for e in events[3:]] == ["MigConfigCordoned", "MigConfigPending", "MigConfigFailed"]
-    assert events[-1]["type"] == "Warning"
+    assert [e["reason"] for e in events[5:]] == ["MigConfigCordoned", "MigConfigPending", "MigGpuClientsPaused",
+                                                 "MigConfigFailed", "MigGpuClientsRestored"]
+    assert events[-2]["type"] == "Warning"
     assert "MIG layout all-1g.10gb was not applied" in failure["msg"]
 
 

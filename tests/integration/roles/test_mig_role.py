@@ -30,9 +30,34 @@ PLAY = """
 """
 
 
+OPERATOR_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "labels": {
+    "nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+    "nvidia.com/gpu.deploy.dcgm-exporter": "false"}}, "spec": {}}
+
+
+def daemonset(name, label):
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "gpu-operator"},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"nodeSelector": {label: "true"},
+                                           "containers": [{"name": "c", "image": "example.invalid/c:1"}]}}}}
+
+
+@pytest.fixture
+def operator_node(tmp_path):
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
+    yield from _node(tmp_path, [OPERATOR_NODE, namespace,
+                                daemonset("nvidia-device-plugin-daemonset", "nvidia.com/gpu.deploy.device-plugin"),
+                                daemonset("gpu-feature-discovery", "nvidia.com/gpu.deploy.gpu-feature-discovery")])
+
+
 @pytest.fixture
 def node(tmp_path):
-    server, kubeconfig = start_k8s_standin(tmp_path, [NODE])
+    yield from _node(tmp_path, [NODE])
+
+
+def _node(tmp_path, seed):
+    server, kubeconfig = start_k8s_standin(tmp_path, seed)
     state = tmp_path / "smi" / "mig-state.json"
 
     class Node:
@@ -75,6 +100,23 @@ def node(tmp_path):
 
     yield Node()
     server.stop()
+
+
+def test_gpu_operator_daemonsets_are_paused_around_the_change_and_restored(operator_node):
+    node = operator_node
+    before = sorted(p["metadata"]["name"] for p in api_get(node.api, "/api/v1/namespaces/gpu-operator/pods")["items"])
+    assert len(before) == 2
+    result = node.play("balanced")
+    assert result.returncode == 0, result.stdout
+    events = node.events()
+    assert [e["reason"] for e in events] == ["MigConfigCordoned", "MigConfigPending", "MigGpuClientsPaused",
+                                             "MigGpuClientsRestored", "MigConfigSuccess"]
+    mutating = node.mutating()
+    assert _time(events[2]) < mutating[0]["time"] and mutating[-1]["time"] < _time(events[3])
+    labels = node.object()["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true" and labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
+    after = sorted(p["metadata"]["name"] for p in api_get(node.api, "/api/v1/namespaces/gpu-operator/pods")["items"])
+    assert len(after) == 2 and not set(after) & set(before)  # both left and came back as new pods
 
 
 def _time(event):

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_parted as mp
+from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl
+from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_plan as mplan
+from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_tables as mt
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import parse_query_xml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -53,7 +55,7 @@ def test_seven_1g_instances_match_the_real_lgi_and_lci(smi):
     assert _table(smi("mig", "-i", "0", "-lci")[1]) == _table(mig_tables("H100-80GB", "-lci"))
     # free counts drop in -lgip
     rc, out = smi("mig", "-i", "0", "-lgip")
-    assert [r["instances_free"] for r in mp.parse_lgip(out)] == [0, 0, 0, 0, 0, 0, 0]
+    assert [r["instances_free"] for r in mt.parse_lgip(out)] == [0, 0, 0, 0, 0, 0, 0]
 
 
 def test_placements_and_refusals(smi):
@@ -62,7 +64,7 @@ def test_placements_and_refusals(smi):
     smi("-i", "0", "-mig", "1")
     rc, out = smi("mig", "-i", "0", "-cgi", "5:0,14:4,19:6", "-C")
     assert rc == 0 and "GPU instance ID  2 on GPU  0 using profile MIG 4g.40gb (ID  5)" in out
-    gis = mp.parse_lgi(smi("mig", "-i", "0", "-lgi")[1])
+    gis = mt.parse_lgi(smi("mig", "-i", "0", "-lgi")[1])
     assert [(g["profile"], g["start"]) for g in gis] == [("4g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)]
     rc, out = smi("mig", "-i", "0", "-cgi", "9:4")                    # overlaps 2g at 4
     assert rc == 255 and out.endswith("using profile 9: Insufficient Resources\nFailed to create GPU instances: Insufficient Resources\n")
@@ -114,10 +116,10 @@ def test_query_xml_reflects_the_state_and_mig_config_agrees(smi):
     document = {"version": "v1", "mig-configs": {"half": [
         {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
         {"devices": [1, 2, 3, 4, 5, 6, 7], "mig-enabled": False}]}}
-    gpus, errors = mp.resolve_gpus([{"index": g["index"], "device_id": g["pci_device_id"]} for g in query["gpus"]])
-    config = mp.evaluate(document, gpus, select="half")["configs"]["half"]
-    actual = mp.actual_state(query["gpus"], mp.parse_lgi(smi("mig", "-lgi")[1]), mp.parse_lci(smi("mig", "-lci")[1]))
-    assert mp.compare(config, actual, gpus) == ([], [])
+    gpus, errors = mpl.resolve_gpus([{"index": g["index"], "device_id": g["pci_device_id"]} for g in query["gpus"]])
+    config = mplan.evaluate(document, gpus, select="half")["configs"]["half"]
+    actual = mplan.actual_state(query["gpus"], mt.parse_lgi(smi("mig", "-lgi")[1]), mt.parse_lci(smi("mig", "-lci")[1]))
+    assert mplan.compare(config, actual, gpus) == ([], [])
 
 
 def test_every_call_is_logged_in_order(smi):

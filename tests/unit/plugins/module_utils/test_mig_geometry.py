@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_geometry as mg
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_parted as mp
+from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl
 
 # The brief's geometry, written out independently of the module's table:
 # per model, profile -> (allowed starts, size in memory slots).
@@ -126,22 +126,22 @@ def test_single_profile_totals_match_the_brief(model):
     data = mg.GEOMETRY[model]
     for name, kind in ((one, "1g"), (one_double, "1g-double"), (two, "2g"), (three, "3g"), (four, "4g"), (seven, "7g")):
         total = BRIEF_TOTALS[kind]
-        assert mp.max_instances(data["profiles"][name], 8) == total
-        placement, reason = mp.find_placement({name: total}, data)
+        assert mpl.max_instances(data["profiles"][name], 8) == total
+        placement, reason = mpl.find_placement({name: total}, data)
         assert reason is None and len(placement) == total
-        placement, reason = mp.find_placement({name: total + 1}, data)
-        assert placement is None and reason.kind == mp.Infeasible.TOO_MANY, name
-    placement, reason = mp.find_placement({one + "+me": 2}, data)
-    assert placement is None and reason.kind == mp.Infeasible.TOO_MANY and "+me" in reason.message
+        placement, reason = mpl.find_placement({name: total + 1}, data)
+        assert placement is None and reason.kind == mpl.Infeasible.TOO_MANY, name
+    placement, reason = mpl.find_placement({one + "+me": 2}, data)
+    assert placement is None and reason.kind == mpl.Infeasible.TOO_MANY and "+me" in reason.message
 
 
 def test_a30_totals_and_one_media_extension_per_gpu():
     data = mg.GEOMETRY["A30"]
-    assert mp.find_placement({"1g.6gb": 4}, data)[1] is None
-    assert mp.find_placement({"2g.12gb": 2}, data)[1] is None
-    assert mp.find_placement({"1g.6gb": 5}, data)[1].kind == mp.Infeasible.TOO_MANY
-    reason = mp.find_placement({"1g.6gb+me": 1, "2g.12gb+me": 1}, data)[1]
-    assert reason.kind == mp.Infeasible.TOO_MANY and "+me" in reason.message
+    assert mpl.find_placement({"1g.6gb": 4}, data)[1] is None
+    assert mpl.find_placement({"2g.12gb": 2}, data)[1] is None
+    assert mpl.find_placement({"1g.6gb": 5}, data)[1].kind == mpl.Infeasible.TOO_MANY
+    reason = mpl.find_placement({"1g.6gb+me": 1, "2g.12gb+me": 1}, data)[1]
+    assert reason.kind == mpl.Infeasible.TOO_MANY and "+me" in reason.message
 
 
 def _check_placement(placement, layout, table, slots):
@@ -168,15 +168,15 @@ def test_every_layout_up_to_capacity_agrees_with_the_oracle(model):
     data = mg.GEOMETRY[model]
     names = sorted(table)
     # up to each profile's total (+me one beyond it, so two +me are tried)
-    ranges = [range(0, mp.max_instances(data["profiles"][n], slots) + (2 if n.endswith("+me") else 1)) for n in names]
+    ranges = [range(0, mpl.max_instances(data["profiles"][n], slots) + (2 if n.endswith("+me") else 1)) for n in names]
     feasible = at_capacity = 0
     for counts in itertools.product(*ranges):
         layout = dict(zip(names, counts))
-        placement, reason = mp.find_placement(layout, data)
+        placement, reason = mpl.find_placement(layout, data)
         expected = oracle_feasible(layout, oracle)
         assert (placement is not None) == expected, (layout, reason and reason.message)
         if placement is None:
-            assert reason.kind in (mp.Infeasible.TOO_MANY, mp.Infeasible.SLOTS_EXHAUSTED, mp.Infeasible.CONFLICT)
+            assert reason.kind in (mpl.Infeasible.TOO_MANY, mpl.Infeasible.SLOTS_EXHAUSTED, mpl.Infeasible.CONFLICT)
             continue
         feasible += 1
         _check_placement(placement, layout, table, slots)
@@ -186,26 +186,26 @@ def test_every_layout_up_to_capacity_agrees_with_the_oracle(model):
             for name in names:
                 grown = dict(layout)
                 grown[name] += 1
-                assert mp.find_placement(grown, data)[0] is None
+                assert mpl.find_placement(grown, data)[0] is None
     assert feasible > 0 and at_capacity > 0
 
 
 def test_placement_order_matters_4g_2g_1g():
     data = mg.GEOMETRY["H100-80GB"]
-    placement, reason = mp.find_placement({"1g.10gb": 1, "2g.20gb": 1, "4g.40gb": 1}, data)
+    placement, reason = mpl.find_placement({"1g.10gb": 1, "2g.20gb": 1, "4g.40gb": 1}, data)
     assert reason is None
     assert [(p["profile"], p["start"]) for p in placement] == [("4g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)]
     # 3g + 2g + 2g fits only with 3g at slot 4
-    placement, reason = mp.find_placement({"3g.40gb": 1, "2g.20gb": 2}, data)
+    placement, reason = mpl.find_placement({"3g.40gb": 1, "2g.20gb": 2}, data)
     assert reason is None
     assert dict((p["profile"], p["start"]) for p in placement)["3g.40gb"] == 4
 
 
 def test_3g_3g_1g_looks_fine_by_compute_slices_but_cannot_be_placed():
     data = mg.GEOMETRY["A100-80GB"]
-    placement, reason = mp.find_placement({"3g.40gb": 2, "1g.10gb": 1}, data)
+    placement, reason = mpl.find_placement({"3g.40gb": 2, "1g.10gb": 1}, data)
     assert placement is None
-    assert reason.kind == mp.Infeasible.SLOTS_EXHAUSTED
+    assert reason.kind == mpl.Infeasible.SLOTS_EXHAUSTED
     assert "9 memory slots" in reason.message and "has 8" in reason.message
 
 
@@ -217,15 +217,15 @@ def test_conflict_reason_names_the_profile_and_start():
             "2g.20gb": {"id": 14, "starts": [2], "size": 2},
             "1g.10gb": {"id": 19, "starts": [2, 3], "size": 1},
         }}})
-    placement, reason = mp.find_placement({"2g.20gb": 1, "1g.10gb": 1}, geometry["TEST-GPU"])
+    placement, reason = mpl.find_placement({"2g.20gb": 1, "1g.10gb": 1}, geometry["TEST-GPU"])
     assert placement is None
-    assert reason.kind == mp.Infeasible.CONFLICT
+    assert reason.kind == mpl.Infeasible.CONFLICT
     assert "start 2 overlaps 2g.20gb at 2" in reason.message and "start 3 overlaps" in reason.message
 
 
 def test_unknown_profile_lists_the_model_profiles():
-    reason = mp.find_placement({"1g.5gb": 1}, mg.GEOMETRY["H100-80GB"])[1]
-    assert reason.kind == mp.Infeasible.UNKNOWN_PROFILE
+    reason = mpl.find_placement({"1g.5gb": 1}, mg.GEOMETRY["H100-80GB"])[1]
+    assert reason.kind == mpl.Infeasible.UNKNOWN_PROFILE
     assert "1g.5gb" in reason.message and "1g.10gb" in reason.message
 
 
@@ -266,14 +266,35 @@ def test_merge_geometry_extends_without_touching_the_builtin_table():
     ({"H100-80GB": {"profiles": {"1g.10gb": {"start": [0]}}}}, r"profiles.1g.10gb.start is not a known key"),
     ({"NEW": {"slices": 7, "memory_slots": 8, "profiles": {"1g.5gb": {"id": 1, "size": 1}}}}, r"1g.5gb.starts is required"),
     ({"NEW": {"slices": 7, "memory_slots": 8, "profiles": {"1g.5gb": {"id": 1, "starts": [8], "size": 1}}}},
-     r"starts must be a non-empty list"),
-    ({"NEW": {"profiles": {}}}, r"geometry.NEW.slices must be a positive integer"),
-    ({"H100-80GB": {"device_ids": ["bogus"]}}, r"device_ids: 'bogus' is not a PCI device id"),
+     r"1g.5gb.starts\[0\]: 8 must be a slot with start \+ size <= 8"),
+    ({"NEW": {"profiles": {}}}, r"geometry.NEW.memory_slots: None must be an integer from 1 to 32"),
+    ({"H100-80GB": {"device_ids": ["bogus"]}}, r"device_ids\[0\]: 'bogus' is not a PCI device id"),
+    # issue #10 item 7: these raised TypeError/AttributeError before the strict schema
+    ({"H100-80GB": {"profiles": [1, 2]}}, r"^geometry.H100-80GB.profiles must be a mapping"),
+    ({"H100-80GB": {"device_ids": [{"a": 1}]}}, r"^geometry.H100-80GB.device_ids\[0\]: \{'a': 1\} must be a non-empty string"),
+    ({"H100-80GB": {"profiles": {"1g.10gb": {"slices": "abc"}}}}, r"^geometry.H100-80GB.profiles.1g.10gb.slices: 'abc' must be an integer"),
+    ({"H100-80GB": {"profiles": {"1g.10gb": {"id": "19"}}}}, r"^geometry.H100-80GB.profiles.1g.10gb.id: '19' must be an integer"),
+    ({"H100-80GB": {"profiles": {"1g.10gb": {"starts": ["0"]}}}}, r"1g.10gb.starts\[0\]: '0' must be a slot"),
+    ({"H100-80GB": {"profiles": {"1g.10gb": {"id": 14}}}}, r"id: 14 is also the id of (1g.10gb|2g.20gb)"),
+    ({"H100-80GB": {"profiles": {"1g.10gb": {"media_extensions": "yes"}}}}, r"media_extensions: 'yes' must be true or false"),
+    ({"H100-80GB": {"slices": True}}, r"H100-80GB.slices: True must be an integer"),
+    # beyond what any GPU has: refused up front, before any placement search
+    ({"BIG": {"slices": 7, "memory_slots": 40, "profiles": {"1g.1gb": {"id": 1, "starts": [0], "size": 1}}}},
+     r"^geometry.BIG.memory_slots: 40 must be an integer from 1 to 32"),
+    ({"BIG": {"slices": 64, "memory_slots": 8, "profiles": {"1g.1gb": {"id": 1, "starts": [0], "size": 1}}}},
+     r"^geometry.BIG.slices: 64 must be an integer from 1 to 32"),
+    (dict(("M%d" % i, {}) for i in range(65)), r"65 models given, at most 64"),
     ({"H100-80GB": {"profiles": {"big": {"id": 1, "starts": [0], "size": 1}}}}, r"profile names look like"),
     ("nope", r"must be a mapping"),
 ])
 def test_merge_geometry_rejects_bad_overrides_with_their_path(overrides, message):
+    """One GeometryError naming the input path, never a TypeError, and the table untouched."""
     before = copy.deepcopy(mg.GEOMETRY)
     with pytest.raises(mg.GeometryError, match=message):
         mg.merge_geometry(overrides)
     assert mg.GEOMETRY == before
+
+
+def test_the_built_in_table_passes_the_schema_that_overrides_must_pass():
+    for model, data in mg.GEOMETRY.items():
+        mg.check_model(model, data)

@@ -7,6 +7,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
 from ansible_collections.gpu_native.fleet.plugins.modules import mig_config
 
 NVIDIA_FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia")
@@ -54,8 +55,11 @@ def xml_fixture():
 
 def run(args, capsys, run_command=None, monkeypatch=None):
     if run_command is not None:
-        monkeypatch.setattr(mig_config.AnsibleModule, "run_command", run_command)
-        monkeypatch.setattr(mig_config.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/nvidia-smi")
+        def runner(argv, timeout, env_update=None, max_bytes=None):
+            rc, out, err = run_command(None, argv)
+            return rc, out.encode(), err.encode(), False, False, 0.0
+        monkeypatch.setattr(node_tools, "run_process", runner)
+        args = dict(args, nvidia_smi="/bin/true")  # an existing executable; the runner answers for it
     with patch_module_args(args):
         with pytest.raises(SystemExit):
             mig_config.main()
@@ -161,7 +165,7 @@ def test_live_discovery_and_compare_run_nvidia_smi(capsys, monkeypatch):
 
     result = run({"config": DOC, "select": "all-1g.20gb", "mode": "compare"}, capsys, fake_run, monkeypatch)
     assert calls == [["-q", "-x"], ["mig", "-lgi"], ["mig", "-lci"]]
-    assert result["commands"][0] == "/usr/bin/nvidia-smi -q -x"
+    assert result["commands"][0] == "/bin/true -q -x"
     assert [d["kind"] for d in result["drift"]] == ["compute_instances"]
 
 
@@ -171,16 +175,16 @@ def test_live_nvidia_smi_failure_is_reported(capsys, monkeypatch):
 
     result = run({"config": DOC, "select": "balanced"}, capsys, fake_run, monkeypatch)
     assert result["failed"] is True
-    assert "rc=9" in result["msg"] and "couldn't communicate" in result["msg"] and "Fix:" in result["msg"]
+    assert "could not communicate with the NVIDIA driver" in result["msg"] and "Fix:" in result["msg"]
 
 
-def test_missing_nvidia_smi_without_gpus(capsys, monkeypatch):
-    monkeypatch.setattr(mig_config.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: None)
+def test_missing_nvidia_smi_without_gpus(capsys):
     with patch_module_args({"config": DOC, "nvidia_smi": "/nonexistent/nvidia-smi"}):
         with pytest.raises(SystemExit):
             mig_config.main()
     result = json.loads(capsys.readouterr().out)
-    assert result["failed"] is True and "was not found on the node" in result["msg"] and "pass gpus" in result["msg"]
+    assert result["failed"] is True and "nvidia-smi was not found (/nonexistent/nvidia-smi)" in result["msg"]
+    assert "pass gpus" in result["msg"]
 
 
 def test_single_strategy_violation_fails_validation(capsys):
@@ -188,3 +192,73 @@ def test_single_strategy_violation_fails_validation(capsys):
                   "gpus": [{"index": 0, "device_id": "0x2330"}]}, capsys)
     assert result["failed"] is True
     assert "migStrategy single" in result["msg"] and "needs exactly one profile per GPU" in result["msg"]
+
+
+def test_compare_refuses_a_gpu_the_node_does_not_have(capsys):
+    """Issue #10 item 16: gpus index 42 on a one-GPU node planned instances on "GPU 42"."""
+    result = run({"config": DOC, "select": "all-1g.20gb", "mode": "compare", "gpus": [{"index": 42, "device_id": "0x20B2"}],
+                  "captured": {"nvidia_smi_xml": xml_fixture(), "mig_lgi": LGI_A100_4X_1G20, "mig_lci": LCI_A100_4X_1G20}},
+                 capsys)
+    assert result["failed"] is True
+    assert result["msg"].startswith("gpus names GPU 42 but the node has GPU 0. Fix:")
+    assert result["plan"] == [] and "configs" not in result
+
+
+@pytest.mark.parametrize("geometry,path", [
+    ({"H100-80GB": {"profiles": [1, 2]}}, "geometry.H100-80GB.profiles"),
+    ({"H100-80GB": {"device_ids": [{"a": 1}]}}, "geometry.H100-80GB.device_ids[0]"),
+    ({"H100-80GB": {"profiles": {"1g.10gb": {"slices": "abc"}}}}, "geometry.H100-80GB.profiles.1g.10gb.slices"),
+    ({"A100-80GB": {"profiles": {"1g.20gb": {"id": "15"}}}}, "geometry.A100-80GB.profiles.1g.20gb.id"),
+])
+def test_bad_geometry_overrides_fail_with_their_path_in_both_modes(capsys, geometry, path):
+    """Issue #10 item 7: these were tracebacks (an id given as a string broke compare's plan)."""
+    for mode in ("validate", "compare"):
+        result = run({"config": DOC, "select": "all-1g.20gb", "mode": mode, "geometry": geometry,
+                      "captured": {"nvidia_smi_xml": xml_fixture(), "mig_lgi": LGI_A100_4X_1G20, "mig_lci": LCI_A100_4X_1G20}},
+                     capsys)
+        assert result["failed"] is True, result
+        assert result["msg"].startswith("geometry is invalid: " + path), result["msg"]
+        assert "\n" not in result["msg"] and "Traceback" not in json.dumps(result)
+
+
+def test_a_layout_the_search_cannot_decide_is_invalid_with_the_reason(capsys):
+    """Issue #10 item 4: a 40-slot geometry is refused up front; a 32-slot one is bounded by the step limit."""
+    profiles = {"3g.3gb": {"id": 1, "slices": 3, "starts": list(range(0, 30)), "size": 3},
+                "2g.2gb": {"id": 2, "slices": 2, "starts": list(range(1, 31, 2)), "size": 2},
+                "1g.1gb": {"id": 3, "slices": 1, "starts": list(range(0, 32, 4)), "size": 1}}
+    layout = {"3g.3gb": 8, "2g.2gb": 3, "1g.1gb": 2}
+    document = {"version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": layout}]}}
+    wide = {"WIDE": {"device_ids": ["0x1234"], "slices": 32, "memory_slots": 40, "profiles": profiles}}
+    result = run({"config": document, "gpus": [{"index": 0, "device_id": "0x1234"}], "geometry": wide}, capsys)
+    assert result["failed"] is True and result["msg"].startswith("geometry is invalid: geometry.WIDE.memory_slots: 40")
+    wide["WIDE"]["memory_slots"] = 32
+    result = run({"config": document, "gpus": [{"index": 0, "device_id": "0x1234"}], "geometry": wide}, capsys)
+    assert result["failed"] is True and result["valid"] is False
+    assert "search limit reached" in result["msg"] and "treat it as invalid" in result["msg"]
+
+
+@pytest.mark.parametrize("product", ["NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA B300 SXM6 AC",
+                                     "NVIDIA RTX PRO 6000 Blackwell Server Edition"])
+def test_a_mig_gpu_without_a_verified_geometry_is_refused_clearly(capsys, product):
+    entry = {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb": 1}}
+    document = {"version": "v1", "mig-configs": {"c": [entry]}}
+    result = run({"config": document, "gpus": [{"index": 0, "product": product}]}, capsys)
+    assert result["failed"] is True
+    assert "no verified MIG geometry for %s; pass geometry overrides" % product in result["msg"]
+
+
+def test_blackwell_profile_suffixes_work_through_a_geometry_override(capsys):
+    geometry = {"RTX-PRO-6000-TEST": {"products": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"], "slices": 4,
+                                      "memory_slots": 4, "profiles": {
+                                          "1g.24gb-me": {"id": 1, "starts": [0, 1, 2, 3], "size": 1},
+                                          "1g.24gb+me.all": {"id": 2, "starts": [0, 1, 2, 3], "size": 1},
+                                          "2g.48gb+gfx": {"id": 3, "starts": [0, 2], "size": 2}}}}
+    document = {"version": "v1", "mig-configs": {
+        "ok": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb-me": 1, "1g.24gb+me.all": 1, "2g.48gb+gfx": 1}}],
+        "two-me-all": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb+me.all": 2}}]}}
+    result = run({"config": document, "select": "ok", "geometry": geometry,
+                  "gpus": [{"index": 0, "product": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}]}, capsys)
+    assert result.get("failed") is not True, result
+    result = run({"config": document, "select": "two-me-all", "geometry": geometry,
+                  "gpus": [{"index": 0, "product": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}]}, capsys)
+    assert result["failed"] is True and "+me instances requested" in result["msg"]

@@ -1,0 +1,344 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: mig_layout
+short_description: Apply a MIG layout from a mig-parted config to a node's GPUs at planned placements
+version_added: 0.2.0
+author:
+  - gpu_native.fleet contributors (@gpu-native)
+description:
+  - Plans with the same code as M(gpu_native.fleet.mig_config) (strict schema, exact placement, drift from the actual
+    state) and then applies the plan.
+  - With O(tool=nvidia-smi) it destroys the old instances of each drifting GPU, changes MIG modes, finishes pending
+    mode changes with a GPU reset when O(gpu_reset) allows it, and creates the instances at their planned starts
+    (C(nvidia-smi mig -i N -cgi <profile id>:<start>,... -C)).
+  - With O(tool=mig-parted) it writes the whole config to O(mig_parted_config_path) and runs
+    C(nvidia-mig-parted apply -f <path> -c <select>).
+  - Before touching a GPU it refuses what the hardware would refuse (an unknown profile, an impossible placement,
+    a GPU with compute processes when O(force=false)) with a one-line error naming the GPU and profile.
+  - On a failure half-way it stops, and reports which GPUs were changed (RV(changed_gpus)) and which were not
+    (RV(untouched_gpus)); no later step runs.
+  - After applying it reads the node again and fails when the layout still drifts.
+options:
+  config:
+    description: The mig-parted document, as a mapping with C(version) and C(mig-configs).
+    type: dict
+    required: true
+  select:
+    description: The name of the config in C(mig-configs) to apply.
+    type: str
+    required: true
+  state:
+    description: V(present) makes the node's MIG layout match O(select).
+    type: str
+    choices: [present]
+    default: present
+  tool:
+    description: How to apply. V(nvidia-smi) applies the plan itself; V(mig-parted) hands the config to mig-parted.
+    type: str
+    choices: [nvidia-smi, mig-parted]
+    default: nvidia-smi
+  mig_parted:
+    description: Name or absolute path of C(nvidia-mig-parted), for O(tool=mig-parted).
+    type: str
+    default: nvidia-mig-parted
+  mig_parted_config_path:
+    description: Where O(tool=mig-parted) writes the config (atomically, mode 0644).
+    type: path
+    default: /etc/nvidia-mig-manager/gpu-native-config.yaml
+  force:
+    description: Apply even when a GPU that changes has compute processes (they lose their GPU).
+    type: bool
+    default: false
+  gpu_reset:
+    description:
+      - Reset GPUs whose MIG mode change stays pending (C(nvidia-smi -i <GPUs> -r)). Only safe on a drained node.
+      - When false, a pending change fails the task naming the GPUs.
+    type: bool
+    default: true
+  mig_strategy:
+    description: The device plugin's C(migStrategy) the config is used with. V(single) adds its consistency check.
+    type: str
+    choices: [none, single, mixed]
+  geometry:
+    description: Additions or overrides to the MIG geometry, as for M(gpu_native.fleet.mig_config).
+    type: dict
+  captured:
+    description:
+      - Captured outputs replayed with O(source=captured), to plan offline in check mode. Unknown keys are rejected.
+    type: dict
+    suboptions:
+      nvidia_smi_xml:
+        description: Output of C(nvidia-smi -q -x).
+        type: str
+      mig_lgi:
+        description: Output of C(nvidia-smi mig -lgi).
+        type: str
+      mig_lci:
+        description: Output of C(nvidia-smi mig -lci).
+        type: str
+      compute_apps:
+        description: Output of C(nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name --format=csv,noheader).
+        type: str
+extends_documentation_fragment:
+  - gpu_native.fleet.node_tools
+notes:
+  - Supports check mode (reports the plan and C(changed), runs only the read-only C(nvidia-smi) calls) and diff mode
+    (the MIG layout per GPU before and after, as text).
+  - With O(source=captured) the module only plans; use it in check mode.
+  - When a mode change is still pending after the reset, RV(reboot_required) is true and no instances are created on
+    those GPUs; reboot and run the module again (the role gpu_native.fleet.mig does that when allowed).
+seealso:
+  - module: gpu_native.fleet.mig_config
+  - name: mig-parted
+    description: NVIDIA's MIG partition editor.
+    link: https://github.com/NVIDIA/mig-parted
+"""
+
+EXAMPLES = r"""
+- name: Apply layout all-balanced on a drained node
+  gpu_native.fleet.mig_layout:
+    config: "{{ mig_parted_config }}"
+    select: all-balanced
+  register: mig_applied
+
+- name: Show what would change, per GPU
+  gpu_native.fleet.mig_layout:
+    config: "{{ mig_parted_config }}"
+    select: all-1g.10gb
+  check_mode: true
+  diff: true
+
+- name: Let mig-parted apply the layout
+  gpu_native.fleet.mig_layout:
+    config: "{{ mig_parted_config }}"
+    select: all-balanced
+    tool: mig-parted
+"""
+
+RETURN = r"""
+plan:
+  description: One item per GPU that drifted, as RV(gpu_native.fleet.mig_config#module:plan) returns it.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {index: 0, pci_bus_id: "0000:1b:00.0", model: H100-80GB, mig_enabled: true, mode_change: true, destroy: false,
+       create: "5:0,14:4,19:6", instances: []}
+drift:
+  description: What differed before the run, each C({index, kind, expected, actual, message}).
+  returned: always
+  type: list
+  elements: dict
+changed_gpus:
+  description: Indexes of the GPUs the module changed (on failure, those changed before it).
+  returned: always
+  type: list
+  elements: int
+  sample: [0, 1]
+untouched_gpus:
+  description: Planned GPUs that were not changed when the module failed half-way.
+  returned: on failure while applying
+  type: list
+  elements: int
+reboot_required:
+  description: True when a MIG mode change is still pending after the GPU reset (see RV(pending_gpus)).
+  returned: always
+  type: bool
+pending_gpus:
+  description: GPUs whose MIG mode change waits for a reboot.
+  returned: always
+  type: list
+  elements: int
+steps:
+  description: The changing commands run, each C({command, result}).
+  returned: always
+  type: list
+  elements: dict
+commands:
+  description: Every command line run (live mode).
+  returned: always
+  type: list
+  elements: str
+resources:
+  description:
+    - The extended resources the NVIDIA device plugin should advertise for the layout with O(mig_strategy)
+      (V(mixed) - C(nvidia.com/mig-<profile>) and C(nvidia.com/gpu) for GPUs without MIG; V(single) -
+      C(nvidia.com/gpu) per instance); null for other strategies.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-4g.40gb": "2"}
+gpus:
+  description: The node's GPUs with the model each resolved to.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_node import (
+    MIG_PARTED,
+    Applier,
+    MigNodeError,
+    compute_apps,
+    layout_lines,
+    load_geometry,
+    plan_node,
+    step_text,
+)
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_plan import expected_resources
+
+
+def _fail(module, tools, exc, **extra):
+    facts = dict(changed=False, changed_gpus=[], steps=[], reboot_required=False, pending_gpus=[])
+    facts.update(extra)
+    facts.update(exc.facts)
+    module.fail_json(msg=exc.msg, commands=_commands(tools), **facts)
+
+
+def _commands(tools):
+    return [call.command for call in tools.calls if call.source == "live"]
+
+
+def _refuse_busy(tools, found, force):
+    """GPUs of the plan with compute processes, unless force."""
+    if force:
+        return
+    apps = compute_apps(tools, found["query"])
+    busy = [item for item in found["plan"] if apps.get(item["index"])]
+    if busy:
+        item = busy[0]
+        raise MigNodeError(
+            "GPU %d (%s) is in use by %s; changing it to %s would take the GPU from them. Fix: stop those processes "
+            "(drain the node), or set force: true." % (
+                item["index"], item["model"], ", ".join(apps[item["index"]]),
+                "MIG disabled" if not item["mig_enabled"] else (item["create"] and ", ".join(
+                    i["profile"] for i in item["instances"])) or "no instances"))
+
+
+def _write_config(module, path, config):
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"  # JSON is YAML; mig-parted reads either
+    if os.path.exists(path):
+        with open(path) as handle:
+            if handle.read() == text:
+                return False
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=".mig-config.")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.chmod(temp, 0o644)
+    module.atomic_move(temp, path)
+    return True
+
+
+def main():
+    spec = dict(
+        config=dict(type="dict", required=True),
+        select=dict(type="str", required=True),
+        state=dict(type="str", choices=["present"], default="present"),
+        tool=dict(type="str", choices=["nvidia-smi", "mig-parted"], default="nvidia-smi"),
+        mig_parted=dict(type="str", default=MIG_PARTED),
+        mig_parted_config_path=dict(type="path", default="/etc/nvidia-mig-manager/gpu-native-config.yaml"),
+        force=dict(type="bool", default=False),
+        gpu_reset=dict(type="bool", default=True),
+        mig_strategy=dict(type="str", choices=["none", "single", "mixed"]),
+        geometry=dict(type="dict"),
+    )
+    spec.update(node_tools.argument_spec(tools=("nvidia_smi",)))
+    spec["captured"] = dict(type="dict", options=dict(
+        nvidia_smi_xml=dict(type="str"), mig_lgi=dict(type="str"), mig_lci=dict(type="str"),
+        compute_apps=dict(type="str")))
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    params = module.params
+    try:
+        tools = node_tools.from_module_params(params, captured=dict(
+            (k, v) for k, v in (params.get("captured") or {}).items() if v is not None))
+        tools.paths[MIG_PARTED] = params["mig_parted"]
+    except node_tools.NodeToolsError as exc:
+        module.fail_json(msg=str(exc))
+    if params["source"] == "captured" and not module.check_mode:
+        module.fail_json(msg="source=captured only plans and cannot apply. Fix: run in check mode, or use source=live.")
+
+    try:
+        geometry = load_geometry(params["geometry"])
+        found = plan_node(tools, params["config"], params["select"], None, geometry,
+                          mig_strategy=params["mig_strategy"], compare_state=True)
+    except MigNodeError as exc:
+        _fail(module, tools, exc)
+    plan = found["plan"]
+    gpus = found["gpus"]
+    result = dict(changed=bool(plan), plan=plan, drift=found["drift"], gpus=gpus, changed_gpus=[], steps=[],
+                  reboot_required=False, pending_gpus=[],
+                  resources=expected_resources(found["evaluation"]["configs"][params["select"]], params["mig_strategy"]))
+    if module._diff:
+        result["diff"] = {"before_header": "MIG layout (now)", "after_header": "MIG layout %s" % params["select"],
+                          "before": layout_lines(gpus, found["actual"]),
+                          "after": layout_lines(gpus, found["actual"], plan)}
+    if not plan:
+        module.exit_json(commands=_commands(tools), **result)
+    try:
+        _refuse_busy(tools, found, params["force"])
+    except MigNodeError as exc:
+        _fail(module, tools, exc, plan=plan, drift=found["drift"])
+    if module.check_mode:
+        result["changed_gpus"] = [item["index"] for item in plan]
+        module.exit_json(commands=_commands(tools), **result)
+
+    applier = Applier(tools, plan)
+    try:
+        if params["tool"] == "mig-parted":
+            _write_config(module, params["mig_parted_config_path"], params["config"])
+            args = ["apply", "-f", params["mig_parted_config_path"], "-c", params["select"]]
+            outcome = tools.run(MIG_PARTED, args)
+            applier.steps.append({"command": step_text(MIG_PARTED, args), "result": outcome.status})
+            if not outcome.ok:
+                raise MigNodeError(
+                    "%s: %s. Fix: see the mig-parted output (returned as steps); mig-parted applies the whole config, "
+                    "so check every GPU with nvidia-smi mig -lgi." % (step_text(MIG_PARTED, args), outcome.message),
+                    changed=True, changed_gpus=[item["index"] for item in plan], untouched_gpus=[])
+            applier.changed_gpus = [item["index"] for item in plan]
+        else:
+            applier.destroy()
+            applier.modes()
+            pending = applier.pending(params["gpu_reset"])
+            if pending:
+                result.update(changed_gpus=sorted(applier.changed_gpus), steps=applier.steps, reboot_required=True,
+                              pending_gpus=pending)
+            applier.create(skip=pending)
+            if pending:
+                module.exit_json(commands=_commands(tools), **result)
+        after = plan_node(tools, params["config"], params["select"], None, geometry,
+                          mig_strategy=params["mig_strategy"], compare_state=True)
+    except MigNodeError as exc:
+        facts = dict(changed=bool(applier.changed_gpus), changed_gpus=sorted(applier.changed_gpus),
+                     untouched_gpus=[i["index"] for i in plan if i["index"] not in applier.changed_gpus],
+                     steps=applier.steps, plan=plan, drift=found["drift"])
+        facts.update(exc.facts)
+        exc.facts = facts
+        _fail(module, tools, exc)
+    result.update(changed_gpus=sorted(applier.changed_gpus), steps=applier.steps)
+    if after["drift"]:
+        module.fail_json(msg="after applying, the node still drifts: %s. Fix: check the GPUs with nvidia-smi mig -lgi "
+                             "and run again." % "; ".join(d["message"] for d in after["drift"]),
+                         commands=_commands(tools), **result)
+    module.exit_json(commands=_commands(tools), **result)
+
+
+if __name__ == "__main__":
+    main()
