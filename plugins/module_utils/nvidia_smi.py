@@ -717,3 +717,42 @@ def _err_fields(line, row):
     for position in err_positions:
         fields.append(names[position] if position < len(names) else "field_%d" % position)
     return fields
+
+
+#: ``--query-*`` CSV rows read at most (one per GPU or compute process).
+MAX_CSV_ROWS = 65536
+
+
+def parse_query_csv(text, fields=None):
+    """Parse ``--query-gpu=...``/``--query-compute-apps=... --format=csv`` (with or without ``noheader``/``nounits``).
+
+    ``fields`` names the columns when the output has no header.  Bounded like
+    the other parsers: input size, line length and row count.
+    """
+    if text is None or not text.strip():
+        return []  # no GPU process (or no row) is an empty answer, not an error
+    text = _check_input(text, "nvidia-smi --query CSV output")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > MAX_CSV_ROWS + 1:
+        raise NvidiaSmiParseError("nvidia-smi CSV output has more than %d rows" % MAX_CSV_ROWS)
+    if not lines:
+        return []
+    if fields is None:
+        fields = [re.sub(r"\s*\[[^\]]*\]$", "", name.strip()) for name in lines[0].split(",")]
+        lines = lines[1:]
+    else:
+        fields = [name.strip() for name in fields]
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if len(line) > MAX_TABLE_LINE:
+            raise NvidiaSmiParseError("nvidia-smi CSV row %d is longer than %d characters" % (number, MAX_TABLE_LINE))
+        if detect_no_driver(line):
+            raise NvidiaSmiParseError("nvidia-smi could not reach the driver: %s" % line.strip())
+        values = [value.strip() for value in line.split(", ")]
+        if len(values) != len(fields):
+            values = [value.strip() for value in line.split(",")]
+        if len(values) != len(fields):
+            raise NvidiaSmiParseError("nvidia-smi CSV row %d has %d values for %d fields: %s" % (
+                number, len(values), len(fields), line.strip()[:200]))
+        rows.append(dict((name, clean_value(value)) for name, value in zip(fields, values)))
+    return rows
