@@ -213,7 +213,10 @@ def _module_runs(output):
 
 
 def _parse_ms(workdir):
-    """The node module's own time for one host (8-GPU capture + 10k-line log), in-process, max of 3 runs."""
+    """The checks' own parse time for one host (8-GPU XML + table, 10k-line log, spec root), in-process.
+
+    The sum over the spec and gpu_health checks' parse_ms (tool run time excluded), the max of 3 runs.
+    """
     sys.path.insert(0, COLLECTIONS)
     from ansible_collections.gpu_native.fleet.plugins.module_utils import fleet_compliance  # noqa: E402
     home = os.path.join(workdir, "hosts", "node001")
@@ -227,8 +230,7 @@ def _parse_ms(workdir):
             "lspci": "lspci-not-on-simulated-hosts",
             "pci_sysfs_root": os.path.join(home, "root", "sys", "bus", "pci", "devices"),
             "readiness_textfile": os.path.join(home, "readiness.prom"), "checks": ["spec", "gpu_health"]})
-        # parse time = the checks' own time minus the stand-in processes' start-up is not separable here;
-        # report the module-side total of the two parsing checks.
+        # parse_ms excludes the tools' (here: the Python stand-ins') run time, which a real nvidia-smi replaces.
         total = sum(c.get("parse_ms", 0) for c in result["checks"])
         best = total if best is None else max(best, total)
     return round(best, 1)

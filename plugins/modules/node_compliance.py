@@ -133,7 +133,12 @@ checks:
       description: The failing items (spec rows or GPU health reasons).
       type: list
     parse_ms:
-      description: Milliseconds the check took on the node (tools and parsing).
+      description: Milliseconds the check itself took on the node (reading and parsing), without the tools' run time.
+        Absent for skipped checks.
+      type: float
+    tool_ms:
+      description: Milliseconds spent waiting for the tools this check ran first (cached runs are free).
+        Absent for skipped checks.
       type: float
 tool_runs:
   description: Tool executions (each argv runs once).
