@@ -233,7 +233,7 @@ def _parse_ms(workdir):
     os.environ["CONTAINERD_STANDIN_CONFIG"] = os.path.join(home, "containerd.toml")
     os.environ["PATH"] = os.path.join(workdir, "bin") + os.pathsep + os.environ.get("PATH", "")
     best = None
-    for _ in range(3):
+    for attempt in range(3):  # pylint: disable=unused-variable
         result = fleet_compliance.run_checks({
             "matrix": MATRIX, "spec_root": os.path.join(home, "root"), "kernel_log": os.path.join(home, "kern.log"),
             "lspci": "lspci-not-on-simulated-hosts",

@@ -120,8 +120,9 @@ def compliance_summary(rows):
             failing.setdefault(row["host"], []).append(
                 {"check": row["check"], "status": row["status"], "expected": row["expected"], "actual": row["actual"]})
     verdicts = host_status(rows)
-    hosts = dict((status, sorted(h for h, v in verdicts.items() if v == status)) for status in ("pass", "fail",
-                                                                                              "unreachable"))
+    hosts = {}
+    for status in ("pass", "fail", "unreachable"):
+        hosts[status] = sorted(host for host, verdict in verdicts.items() if verdict == status)
     return {
         "hosts_total": len(verdicts),
         "hosts_compliant": len(hosts["pass"]),

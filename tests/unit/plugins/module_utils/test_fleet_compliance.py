@@ -23,14 +23,14 @@ def test_containerd_handler():
     assert fc.check_containerd(runner, "containerd", "nvidia", "/usr/bin/nvidia-container-runtime")["status"] == "pass"
     fc.check_containerd(runner, "containerd", "nvidia", "/usr/bin/nvidia-container-runtime")
     assert len(calls) == 1  # cached
-    runner, _ = _runner(V2 % "/usr/bin/runc")
+    runner, calls = _runner(V2 % "/usr/bin/runc")
     result = fc.check_containerd(runner, "containerd", "nvidia", "/usr/bin/nvidia-container-runtime")
     assert result["status"] == "fail" and "/usr/bin/runc" in result["actual"]
-    runner, _ = _runner(V2 % "x")
+    runner, calls = _runner(V2 % "x")
     assert fc.check_containerd(runner, "containerd", "other", "x")["status"] == "fail"
-    runner, _ = _runner("", rc=1)
+    runner, calls = _runner("", rc=1)
     assert fc.check_containerd(runner, "containerd", "nvidia", "x")["status"] == "fail"
-    runner, _ = _runner("version = [")
+    runner, calls = _runner("version = [")
     assert fc.check_containerd(runner, "containerd", "nvidia", "x")["status"] == "error"
 
 
