@@ -121,3 +121,32 @@ def test_benchmark_runs_with_a_small_fleet(hosts, tmp_path):
     assert result["module_runs_per_host"] <= 3
     for key in ("ping_s", "compliance_s", "ratio", "parse_ms_max"):
         assert result[key] is not None
+
+
+def test_device_plugin_count_from_the_api_joins_gpu_health(tmp_path):
+    """With compliance_kubeconfig, the node object's nvidia.com/gpu allocatable is checked against the GPUs."""
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "tests", "integration", "roles"))
+    from standin_helpers import start_k8s_standin  # pylint: disable=import-error,import-outside-toplevel
+
+    seed = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+             "status": {"allocatable": {"nvidia.com/gpu": count}}} for name, count in (("node001", "8"),
+                                                                                     ("node002", "7"))]
+    server, kubeconfig = start_k8s_standin(tmp_path, seed)
+    try:
+        fleet = tmp_path / "fleet"
+        fleet.mkdir()
+        inventory, drifting = bench.build_fleet(str(fleet), 2, 100)
+        env = bench.ansible_env()
+        (tmp_path / "runner").mkdir()
+        result = ansible_runner.run(
+            private_data_dir=str(tmp_path / "runner"), playbook=PLAYBOOK, inventory=inventory, quiet=True,
+            extravars={"compliance_report_dir": str(tmp_path / "reports"), "compliance_kubeconfig": kubeconfig},
+            envvars=dict((k, env[k]) for k in ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH",
+                                               "PATH")))
+    finally:
+        server.stop()
+    assert drifting == {}
+    assert _failed_hosts(result) == ["node002"]
+    failing = _artifact_data(result)["compliance_failing"]
+    assert list(failing) == ["node002"] and failing["node002"][0]["check"] == "gpu_health"
