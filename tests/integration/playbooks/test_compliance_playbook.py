@@ -129,9 +129,9 @@ def test_device_plugin_count_from_the_api_joins_gpu_health(tmp_path):
     sys.path.insert(0, os.path.join(REPO, "tests", "integration", "roles"))
     from standin_helpers import start_k8s_standin  # pylint: disable=import-error,import-outside-toplevel
 
+    counts = (("node001", "8"), ("node002", "7"))
     seed = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-             "status": {"allocatable": {"nvidia.com/gpu": count}}} for name, count in (("node001", "8"),
-                                                                                     ("node002", "7"))]
+             "status": {"allocatable": {"nvidia.com/gpu": count}}} for name, count in counts]
     server, kubeconfig = start_k8s_standin(tmp_path, seed)
     try:
         fleet = tmp_path / "fleet"
