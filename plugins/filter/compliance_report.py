@@ -1,0 +1,243 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters for playbooks/compliance.yml's reports.
+
+``compliance_rows``: one row per host and check from the registered results;
+``compliance_summary``: counts per status and per check, failing items per host;
+``compliance_junit``: JUnit XML; ``compliance_html``: a self-contained HTML page.
+Documentation lives in the ``.yml`` files next to this one.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+from xml.sax.saxutils import escape, quoteattr
+
+from ansible.errors import AnsibleFilterError
+
+CHECK_ORDER = ("reachability", "spec", "gpu_health", "mig", "containerd", "readiness")
+STATUS_ORDER = ("fail", "error", "unreachable", "pass", "skip")
+BAD = ("fail", "error", "unreachable")
+NODE_VAR = "__compliance_node_result"
+MIG_VAR = "__compliance_mig_result"
+
+
+def _row(host, check, status, expected=None, actual=None):
+    return {"host": host, "check": check, "status": status, "expected": expected, "actual": actual}
+
+
+def _mig_row(host, mig):
+    if not isinstance(mig, dict) or mig.get("skipped") or not mig:
+        return _row(host, "mig", "skip", actual="no MIG layout assigned")
+    if "in_sync" not in mig:
+        return _row(host, "mig", "error", "the assigned layout", mig.get("msg") or "mig_config gave no result")
+    expected = "layout %s" % (mig.get("select") or mig.get("selected") or "assigned")
+    if mig["in_sync"]:
+        return _row(host, "mig", "pass", expected, "in sync")
+    drift = mig.get("drift") or []
+    text = "; ".join(_drift_text(item) for item in drift) if isinstance(drift, list) else str(drift)
+    return _row(host, "mig", "fail", expected, "drift: " + (text or "not in sync"))
+
+
+def _drift_text(item):
+    if isinstance(item, dict):
+        if item.get("message"):
+            return str(item["message"])
+        return ", ".join("%s=%s" % (key, item[key]) for key in sorted(item))
+    return str(item)
+
+
+def host_rows(host, node, mig=None):
+    """Rows for one host from its node_compliance result (and mig_config compare result)."""
+    host = str(host)
+    if not isinstance(node, dict) or not node:
+        return [_row(host, "reachability", "error", "a node_compliance result", "no result (the host did not run)")]
+    if node.get("unreachable"):
+        return [_row(host, "reachability", "unreachable", "reachable", node.get("msg") or "unreachable")]
+    if not isinstance(node.get("checks"), list):
+        return [_row(host, "reachability", "error", "a node_compliance result",
+                     node.get("msg") or "node_compliance returned no checks")]
+    rows = []
+    for item in node["checks"]:
+        if not isinstance(item, dict) or "check" not in item or "status" not in item:
+            raise AnsibleFilterError("compliance_rows: host %s: a check result lacks check/status: %r" % (host, item))
+        rows.append(_row(host, item["check"], item["status"], item.get("expected"), item.get("actual")))
+    rows.append(_mig_row(host, mig))
+    rows.sort(key=lambda row: CHECK_ORDER.index(row["check"]) if row["check"] in CHECK_ORDER else len(CHECK_ORDER))
+    return rows
+
+
+def _hostvar(hostvars, host, name):
+    try:
+        value = hostvars[host][name]
+    except (KeyError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR):
+    """Rows for ``hosts`` read from ``hostvars`` (the registered node and MIG results)."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("compliance_rows: hosts must be a list of host names, got %s"
+                                 % type(hosts).__name__)
+    rows = []
+    for host in hosts:
+        rows.extend(host_rows(host, _hostvar(hostvars, host, node_var), _hostvar(hostvars, host, mig_var)))
+    return rows
+
+
+def _check_rows(rows, name):
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "host" in r and "status" in r for r in rows):
+        raise AnsibleFilterError("%s: input must be the list from compliance_rows" % name)
+    return rows
+
+
+def host_status(rows):
+    """``{host: pass|fail|unreachable}`` (errors count as fail)."""
+    hosts = {}
+    for row in rows:
+        current = hosts.setdefault(row["host"], "pass")
+        if row["status"] == "unreachable":
+            hosts[row["host"]] = "unreachable"
+        elif row["status"] in ("fail", "error") and current != "unreachable":
+            hosts[row["host"]] = "fail"
+    return hosts
+
+
+def compliance_summary(rows):
+    """Counts per status and per check, host verdicts and the failing items per host (set_stats data)."""
+    rows = _check_rows(rows, "compliance_summary")
+    by_status = dict((status, 0) for status in STATUS_ORDER)
+    by_check = {}
+    failing = {}
+    for row in rows:
+        by_status[row["status"]] = by_status.get(row["status"], 0) + 1
+        counts = by_check.setdefault(row["check"], dict((status, 0) for status in STATUS_ORDER))
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        if row["status"] in BAD:
+            failing.setdefault(row["host"], []).append(
+                {"check": row["check"], "status": row["status"], "expected": row["expected"], "actual": row["actual"]})
+    verdicts = host_status(rows)
+    hosts = {}
+    for status in ("pass", "fail", "unreachable"):
+        hosts[status] = sorted(host for host, verdict in verdicts.items() if verdict == status)
+    return {
+        "hosts_total": len(verdicts),
+        "hosts_compliant": len(hosts["pass"]),
+        "hosts_failed": hosts["fail"],
+        "hosts_unreachable": hosts["unreachable"],
+        "by_status": by_status,
+        "by_check": by_check,
+        "failing": failing,
+    }
+
+
+def _text(value):
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def compliance_junit(rows, suite="gpu_native.fleet compliance"):
+    """JUnit XML: one testsuite per host, one testcase per host and check."""
+    rows = _check_rows(rows, "compliance_junit")
+    hosts = []
+    for row in rows:
+        if row["host"] not in hosts:
+            hosts.append(row["host"])
+    failures = sum(1 for row in rows if row["status"] in ("fail", "unreachable"))
+    errors = sum(1 for row in rows if row["status"] == "error")
+    skipped = sum(1 for row in rows if row["status"] == "skip")
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           '<testsuites name=%s tests="%d" failures="%d" errors="%d" skipped="%d">'
+           % (quoteattr(suite), len(rows), failures, errors, skipped)]
+    for host in hosts:
+        mine = [row for row in rows if row["host"] == host]
+        out.append('  <testsuite name=%s tests="%d" failures="%d" errors="%d" skipped="%d">' % (
+            quoteattr(host), len(mine), sum(1 for r in mine if r["status"] in ("fail", "unreachable")),
+            sum(1 for r in mine if r["status"] == "error"), sum(1 for r in mine if r["status"] == "skip")))
+        for row in mine:
+            head = '    <testcase classname=%s name=%s' % (quoteattr(host), quoteattr(row["check"]))
+            text = "expected: %s\nactual: %s" % (_text(row["expected"]), _text(row["actual"]))
+            if row["status"] == "pass":
+                out.append(head + "/>")
+            elif row["status"] == "skip":
+                out.append(head + "><skipped message=%s/></testcase>" % quoteattr(_text(row["actual"])))
+            else:
+                tag = "error" if row["status"] == "error" else "failure"
+                out.append(head + "><%s type=%s message=%s>%s</%s></testcase>" % (
+                    tag, quoteattr(row["status"]), quoteattr(_text(row["actual"])[:500]), escape(text), tag))
+        out.append("  </testsuite>")
+    out.append("</testsuites>")
+    return "\n".join(out) + "\n"
+
+
+_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#ef6c00", "unreachable": "#6a1b9a", "skip": "#757575"}
+
+_SCRIPT = """
+document.querySelectorAll('th').forEach(function (th, col) {
+  th.addEventListener('click', function () {
+    var body = th.closest('table').tBodies[0];
+    var asc = th.getAttribute('data-asc') !== '1';
+    th.setAttribute('data-asc', asc ? '1' : '0');
+    Array.prototype.slice.call(body.rows).sort(function (a, b) {
+      var x = a.cells[col].textContent, y = b.cells[col].textContent;
+      return asc ? x.localeCompare(y) : y.localeCompare(x);
+    }).forEach(function (row) { body.appendChild(row); });
+  });
+});
+"""
+
+
+def _svg_chart(counts):
+    width, bar_h, gap = 360, 18, 6
+    total = max([1] + list(counts.values()))
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" '
+             'aria-label="status counts">' % (width + 120, len(STATUS_ORDER) * (bar_h + gap))]
+    for index, status in enumerate(STATUS_ORDER):
+        value = counts.get(status, 0)
+        y = index * (bar_h + gap)
+        parts.append('<text x="0" y="%d" font-size="13">%s</text>' % (y + 14, status))
+        parts.append('<rect x="90" y="%d" width="%d" height="%d" fill="%s"/>' % (
+            y, int(width * value / total), bar_h, _COLORS[status]))
+        parts.append('<text x="%d" y="%d" font-size="13">%d</text>' % (95 + int(width * value / total), y + 14, value))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def compliance_html(rows, title="GPU fleet compliance"):
+    """A self-contained HTML page: summary, SVG chart of status counts, sortable table."""
+    rows = _check_rows(rows, "compliance_html")
+    summary = compliance_summary(rows)
+    body = []
+    for row in rows:
+        body.append('<tr class="%s"><td>%s</td><td>%s</td><td class="st">%s</td><td>%s</td><td>%s</td></tr>' % (
+            escape(row["status"]), escape(row["host"]), escape(row["check"]), escape(row["status"]),
+            escape(_text(row["expected"])), escape(_text(row["actual"]))))
+    style = ("body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;font-size:13px}"
+             "th{cursor:pointer;background:#eee}" + "".join(
+                 "tr.%s td.st{color:%s;font-weight:bold}" % (s, c) for s, c in sorted(_COLORS.items())))
+    return "".join([
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>", escape(title), "</title><style>", style,
+        "</style></head><body><h1>", escape(title), "</h1><p>",
+        "%d host(s): %d compliant, %d failed, %d unreachable</p>" % (
+            summary["hosts_total"], summary["hosts_compliant"], len(summary["hosts_failed"]),
+            len(summary["hosts_unreachable"])),
+        _svg_chart(summary["by_status"]),
+        "<table><thead><tr><th>host</th><th>check</th><th>status</th><th>expected</th><th>actual</th></tr></thead>"
+        "<tbody>", "".join(body), "</tbody></table><script>", _SCRIPT, "</script></body></html>\n"])
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "compliance_rows": compliance_rows,
+            "compliance_summary": compliance_summary,
+            "compliance_junit": compliance_junit,
+            "compliance_html": compliance_html,
+        }

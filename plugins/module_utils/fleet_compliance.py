@@ -1,0 +1,200 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Node-side compliance checks for one host in one module execution.
+
+Each check calls the collection's own logic (spec_matrix/spec_facts, gpu_health,
+containerd_config) and returns its result separately::
+
+    {"check": "spec", "status": "pass"|"fail"|"skip"|"error",
+     "expected": str, "actual": str, "items": [...], "parse_ms": float}
+
+Tool runs are cached per execution, so ``nvidia-smi -q -x`` runs once even
+though the spec facts and the GPU health check both read it.
+Standard library only, Python 3.8+.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+import time
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import GpuHealthError, collect_live, evaluate
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts, default_run_command
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_matrix import (
+    ProfileSelectionError, SpecMatrixError, drift_line, judge_profile, select_profile, summarize, validate_matrix)
+from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
+
+CHECKS = ("spec", "gpu_health", "containerd", "readiness")
+STATUSES = ("pass", "fail", "error", "skip", "unreachable")
+READINESS_METRIC = "gpu_native_node_validation_last_success_ts_seconds"
+# The agent's textfile is small; refuse to read more than this.
+TEXTFILE_MAX_BYTES = 1024 * 1024
+_METRIC_RE = re.compile(r"^" + READINESS_METRIC + r"(?:\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$")
+
+
+class CachedRunner(object):
+    """``run(argv, timeout=None) -> (rc, out, err)`` that runs each argv once."""
+
+    def __init__(self, run_command=None):
+        self._run = run_command or default_run_command
+        self._cache = {}
+        self.runs = 0
+        self.tool_ms = 0.0
+
+    def __call__(self, argv, timeout=None, **kwargs):
+        key = tuple(argv)
+        if key not in self._cache:
+            self.runs += 1
+            started = time.time()
+            self._cache[key] = self._run(list(argv), timeout)
+            self.tool_ms += (time.time() - started) * 1000.0
+        return self._cache[key]
+
+
+def _result(check, status, expected=None, actual=None, items=None):
+    return {"check": check, "status": status, "expected": expected, "actual": actual, "items": items or []}
+
+
+def check_spec(matrix, profile, facts):
+    """spec_matrix against the host's profile; failing items listed one by one."""
+    try:
+        matrix = validate_matrix(matrix)
+        name, how = select_profile(matrix, facts, profile)
+    except (SpecMatrixError, ProfileSelectionError) as exc:
+        return _result("spec", "error", "a valid matrix and profile", str(exc))
+    results = judge_profile(matrix, name, facts)
+    summary = summarize(results)
+    bad = [item for item in results if item["status"] != "pass"]
+    status = "pass" if not bad else "fail"
+    expected = "profile %s (%s): %d item(s) compliant" % (name, how, summary["total"])
+    actual = "%d pass, %d fail, %d unknown" % (summary["pass"], summary["fail"], summary["unknown"])
+    if bad:
+        actual += ": " + "; ".join(drift_line(item) for item in bad)
+    return _result("spec", status, expected, actual, bad)
+
+
+def check_gpu_health(runner, params):
+    """gpu_health's verdict; the device-plugin count joins when given."""
+    try:
+        inputs, _sources = collect_live(
+            runner, nvidia_smi=params.get("nvidia_smi") or "nvidia-smi", lspci=params.get("lspci") or "lspci",
+            kernel_log=params.get("kernel_log") or "auto", xid_since=params.get("xid_since") or "24h",
+            sysfs_root=params.get("pci_sysfs_root") or "/sys/bus/pci/devices")
+        if params.get("device_plugin_count") is not None:
+            inputs["device_plugin_count"] = params["device_plugin_count"]
+        verdict = evaluate(inputs, expected_gpus=params.get("expected_gpus"),
+                           xid_actions=params.get("xid_actions") or {})
+    except (GpuHealthError, XidCatalogError) as exc:
+        return _result("gpu_health", "error", "gpu_ready", str(exc))
+    expected = "gpu_ready"
+    if params.get("expected_gpus") is not None:
+        expected += " with %d GPU(s)" % params["expected_gpus"]
+    if verdict.get("gpu_ready"):
+        return _result("gpu_health", "pass", expected, "gpu_ready (%s GPU(s))" % verdict.get("nvidia_smi_gpu_count"))
+    reasons = list(verdict.get("reasons") or [])
+    return _result("gpu_health", "fail", expected, "not ready: " + "; ".join(reasons), reasons)
+
+
+def check_containerd(runner, containerd, runtime_name, binary):
+    """``containerd config dump`` registers the runtime with the expected BinaryName."""
+    expected = "runtime %s with BinaryName %s" % (runtime_name, binary)
+    rc, out, err = runner([containerd, "config", "dump"])
+    if rc != 0:
+        line = (err or out or "").strip().splitlines()
+        return _result("containerd", "fail", expected, "'%s config dump' exited %s: %s"
+                       % (containerd, rc, line[0] if line else "no output"))
+    try:
+        data = containerd_config.parse(out, "containerd config dump")
+        version = containerd_config.detect_version(data, "containerd config dump")
+    except containerd_config.ContainerdConfigError as exc:
+        return _result("containerd", "error", expected, str(exc))
+    path = ("plugins", containerd_config.cri_plugin_name(version), "containerd", "runtimes", runtime_name)
+    entry = containerd_config._get(data, path)  # pylint: disable=protected-access
+    if not isinstance(entry, dict):
+        return _result("containerd", "fail", expected, "runtime %s is not registered (%s)"
+                       % (runtime_name, ".".join(path)))
+    actual_binary = containerd_config._get(entry, ("options", "BinaryName"))  # pylint: disable=protected-access
+    actual = "runtime %s with BinaryName %s" % (runtime_name, actual_binary)
+    return _result("containerd", "pass" if actual_binary == binary else "fail", expected, actual)
+
+
+def parse_last_success(text):
+    """The newest value of the readiness metric in a textfile, or None."""
+    newest = None
+    for line in text.splitlines():
+        match = _METRIC_RE.match(line.strip())
+        if match:
+            try:
+                value = float(match.group(1))
+            except ValueError:
+                continue
+            if newest is None or value > newest:
+                newest = value
+    return newest
+
+
+def check_readiness(path, max_age, now=None):
+    """The readiness agent's last successful validation is at most ``max_age`` seconds old."""
+    now = time.time() if now is None else now
+    expected = "%s at most %ds old in %s" % (READINESS_METRIC, max_age, path)
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(TEXTFILE_MAX_BYTES + 1)
+    except (IOError, OSError) as exc:
+        return _result("readiness", "fail", expected, "textfile unreadable: %s" % exc.strerror)
+    if len(text) > TEXTFILE_MAX_BYTES:
+        return _result("readiness", "error", expected, "textfile larger than %d bytes" % TEXTFILE_MAX_BYTES)
+    value = parse_last_success(text.decode("utf-8", "replace"))
+    if value is None:
+        return _result("readiness", "fail", expected, "metric absent (no successful validation recorded)")
+    age = now - value
+    actual = "last success %ds ago" % int(age)
+    return _result("readiness", "pass" if age <= max_age else "fail", expected, actual)
+
+
+def run_checks(params, run_command=None, find_binary=None, now=None):
+    """Run the selected checks; returns ``{compliant, checks, tool_runs}``.
+
+    ``params``: the module's options (see plugins/modules/node_compliance.py).
+    """
+    runner = CachedRunner(run_command)
+    wanted = params.get("checks") or list(CHECKS)
+    checks = []
+    for name in CHECKS:
+        started, tool_before = time.time(), runner.tool_ms
+        _one_check(name, wanted, params, runner, find_binary, now, checks)
+        if checks[-1]["status"] != "skip":
+            tool_ms = runner.tool_ms - tool_before
+            checks[-1]["tool_ms"] = round(tool_ms, 3)
+            checks[-1]["parse_ms"] = round((time.time() - started) * 1000.0 - tool_ms, 3)
+    compliant = all(item["status"] in ("pass", "skip") for item in checks)
+    return {"compliant": compliant, "checks": checks, "tool_runs": runner.runs}
+
+
+def _one_check(name, wanted, params, runner, find_binary, now, checks):
+    """Append the result of check ``name`` to ``checks``."""
+    if name not in wanted:
+        checks.append(_result(name, "skip", actual="not selected"))
+        return
+    if name == "spec":
+        if not params.get("matrix"):
+            checks.append(_result("spec", "skip", actual="no spec matrix given"))
+            return
+        facts = NodeFacts(root=params.get("spec_root") or "/", run_command=runner, find_binary=find_binary)
+        checks.append(check_spec(params["matrix"], params.get("profile"), facts))
+    elif name == "gpu_health":
+        checks.append(check_gpu_health(runner, params))
+    elif name == "containerd":
+        containerd = params.get("containerd") or "containerd"
+        if find_binary is not None:
+            containerd = find_binary(containerd) or containerd
+        checks.append(check_containerd(runner, containerd, params.get("runtime_name") or "nvidia",
+                                       params.get("runtime_binary") or "/usr/bin/nvidia-container-runtime"))
+    elif name == "readiness":
+        path = params.get("readiness_textfile")
+        if not path:
+            checks.append(_result("readiness", "skip", actual="no readiness textfile given"))
+            return
+        checks.append(check_readiness(path, int(params.get("readiness_max_age") or 600), now))

@@ -1,0 +1,56 @@
+"""compliance_report filters: rows, summary, JUnit and HTML from registered results."""
+import xml.etree.ElementTree as ET
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpu_native.fleet.plugins.filter import compliance_report as cr
+
+GOOD = {"compliant": True, "checks": [
+    {"check": "spec", "status": "pass", "expected": "profile p", "actual": "1 pass"},
+    {"check": "readiness", "status": "skip", "expected": None, "actual": "no readiness textfile given"}]}
+BAD = {"compliant": False, "checks": [
+    {"check": "spec", "status": "fail", "expected": "profile p", "actual": "sysctl.x: expected 1, got 0 <&>"}]}
+HOSTVARS = {
+    "a": {"__compliance_node_result": GOOD, "__compliance_mig_result": {"in_sync": True, "drift": []}},
+    "b": {"__compliance_node_result": BAD, "__compliance_mig_result": {
+        "in_sync": False, "drift": [{"index": 0, "message": "GPU 0: MIG mode is Disabled"}]}},
+    "c": {"__compliance_node_result": {"unreachable": True, "msg": "ssh: connect refused"}},
+    "d": {},
+}
+
+
+def test_rows_and_summary():
+    rows = cr.compliance_rows(HOSTVARS, ["a", "b", "c", "d"])
+    status = dict(((r["host"], r["check"]), r["status"]) for r in rows)
+    assert status[("a", "spec")] == "pass" and status[("a", "mig")] == "pass"
+    assert status[("b", "spec")] == "fail" and status[("b", "mig")] == "fail"
+    assert status[("c", "reachability")] == "unreachable" and not [r for r in rows if r["host"] == "c"][1:]
+    assert status[("d", "reachability")] == "error"
+    summary = cr.compliance_summary(rows)
+    assert summary["hosts_compliant"] == 1
+    assert summary["hosts_failed"] == ["b", "d"]
+    assert summary["hosts_unreachable"] == ["c"]
+    assert summary["by_check"]["mig"] == {"fail": 1, "error": 0, "unreachable": 0, "pass": 1, "skip": 0}
+    assert [i["check"] for i in summary["failing"]["b"]] == ["spec", "mig"]
+    assert "MIG mode is Disabled" in summary["failing"]["b"][1]["actual"]
+
+
+def test_junit_and_html_escape_and_count():
+    rows = cr.compliance_rows(HOSTVARS, ["a", "b", "c"])
+    root = ET.fromstring(cr.compliance_junit(rows))
+    assert root.get("failures") == "3" and root.get("skipped") == "1"
+    failure = [c for c in root.iter("testcase") if c.get("classname") == "b" and c.get("name") == "spec"][0][0]
+    assert failure.tag == "failure" and "got 0 <&>" in failure.text and "expected: profile p" in failure.text
+    html = cr.compliance_html(rows)
+    assert "&lt;&amp;&gt;" in html and "<&>" not in html
+    assert "<svg" in html and "3 host(s): 1 compliant, 1 failed, 1 unreachable" in html
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(AnsibleFilterError, match="list of host names"):
+        cr.compliance_rows(HOSTVARS, "a")
+    with pytest.raises(AnsibleFilterError, match="compliance_rows"):
+        cr.compliance_summary([{"nope": 1}])
+    with pytest.raises(AnsibleFilterError, match="lacks check/status"):
+        cr.compliance_rows({"a": {"__compliance_node_result": {"checks": [{"x": 1}]}}}, ["a"])

@@ -1,0 +1,134 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run playbooks/compliance.yml through ansible-runner (the engine AWX uses) and report per host.
+
+    .venv/bin/python tools/fleet_report.py -i INVENTORY [--limit PATTERN] [--forks N] [--html FILE]
+                                            [--json FILE] [--junit FILE] [-e KEY=VALUE ...]
+
+Prints one line per host as its checks finish, then a table of hosts and checks.
+Exit status: 0 when every host is compliant and none is unreachable, 1 otherwise, 2 when the run itself
+could not produce a report (bad inventory, playbook error).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+PLAYBOOK = os.path.join(REPO, "playbooks", "compliance.yml")
+NODE_TASK = "Run the node checks in one execution"
+CHECKS = ("reachability", "spec", "gpu_health", "mig", "containerd", "readiness")
+SHORT = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "skip": "-", "unreachable": "UNREACHABLE"}
+
+
+def progress_line(event):
+    """The per-host progress line for a runner event, or None."""
+    name = event.get("event")
+    data = event.get("event_data") or {}
+    if data.get("task") != NODE_TASK or name not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
+        return None
+    host = data.get("host")
+    result = data.get("res") or {}
+    if name == "runner_on_unreachable" or result.get("unreachable"):
+        lines = (result.get("msg") or "unreachable").strip().splitlines() or ["unreachable"]
+        return "%-24s UNREACHABLE  %s" % (host, lines[0])
+    checks = result.get("checks")
+    if not isinstance(checks, list):
+        return "%-24s ERROR        %s" % (host, result.get("msg") or "no result")
+    bad = ["%s=%s" % (c.get("check"), c.get("status")) for c in checks if c.get("status") not in ("pass", "skip")]
+    return "%-24s %-12s %s" % (host, "compliant" if not bad else "DRIFT", ", ".join(bad))
+
+
+def table(rows):
+    """Hosts down, checks across; the status of each."""
+    hosts = []
+    cells = {}
+    for row in rows:
+        if row["host"] not in hosts:
+            hosts.append(row["host"])
+        cells[(row["host"], row["check"])] = SHORT.get(row["status"], row["status"])
+    width = max([4] + [len(h) for h in hosts])
+    lines = ["%-*s  %s" % (width, "host", "  ".join("%-12s" % c for c in CHECKS))]
+    for host in hosts:
+        lines.append("%-*s  %s" % (width, host, "  ".join("%-12s" % cells.get((host, c), "") for c in CHECKS)))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def artifact_data(runner):
+    for event in runner.events:
+        if event.get("event") == "playbook_on_stats":
+            return (event.get("event_data") or {}).get("artifact_data") or {}
+    return {}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    parser.add_argument("--limit", help="host pattern (default: the group gpu_nodes)")
+    parser.add_argument("--forks", type=int, default=25)
+    parser.add_argument("--html", help="write the HTML report here")
+    parser.add_argument("--json", dest="json_out", help="write the JSON report here")
+    parser.add_argument("--junit", help="write the JUnit XML report here")
+    parser.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    if not os.path.exists(args.inventory):
+        parser.error("inventory %s does not exist" % args.inventory)
+    try:
+        import ansible_runner  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        sys.stderr.write("ansible-runner is not installed. Fix: pip install -r requirements.txt\n")
+        return 2
+
+    work = tempfile.mkdtemp(prefix="fleet-report-")
+    try:
+        reports = os.path.join(work, "reports")
+        extravars = {"compliance_report_dir": reports}
+        for item in args.extra_var:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                parser.error("-e takes KEY=VALUE, got %r" % item)
+            extravars[key] = value
+        envvars = {}
+        link = os.path.join(REPO, ".cache", "collections")
+        if "ANSIBLE_COLLECTIONS_PATH" not in os.environ and os.path.isdir(link):
+            envvars["ANSIBLE_COLLECTIONS_PATH"] = link
+        os.makedirs(os.path.join(work, "runner"))
+
+        def on_event(event):
+            line = progress_line(event)
+            if line:
+                print(line, flush=True)
+            return True
+
+        runner = ansible_runner.run(
+            private_data_dir=os.path.join(work, "runner"), playbook=PLAYBOOK,
+            inventory=os.path.abspath(args.inventory), limit=args.limit, forks=args.forks, extravars=extravars,
+            envvars=envvars, event_handler=on_event, quiet=True)
+        report = os.path.join(reports, "compliance.json")
+        if not os.path.isfile(report):
+            sys.stderr.write("the compliance run wrote no report (status %s). Its output:\n%s\n"
+                             % (runner.status, runner.stdout.read()[-4000:]))
+            return 2
+        with open(report) as handle:
+            rows = json.load(handle)
+        print()
+        print(table(rows))
+        summary = artifact_data(runner).get("compliance_summary") or {}
+        print("\n%s host(s): %s compliant, failed: %s, unreachable: %s" % (
+            summary.get("hosts_total"), summary.get("hosts_compliant"),
+            ", ".join(summary.get("hosts_failed") or []) or "none",
+            ", ".join(summary.get("hosts_unreachable") or []) or "none"))
+        for target, name in ((args.html, "compliance.html"), (args.json_out, "compliance.json"),
+                             (args.junit, "compliance.junit.xml")):
+            if target:
+                shutil.copyfile(os.path.join(reports, name), target)
+                print("wrote %s" % target)
+        bad = [row for row in rows if row["status"] in ("fail", "error", "unreachable")]
+        return 0 if rows and not bad and runner.status == "successful" else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
