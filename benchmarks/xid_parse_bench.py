@@ -34,7 +34,7 @@ def cases(rng):
 
 def best(function, repeat):
     times = []
-    for _ in range(repeat):
+    for _attempt in range(repeat):
         start = time.perf_counter()
         function()
         times.append(time.perf_counter() - start)

@@ -217,8 +217,11 @@ def run_kernel(library=LIBRARY, elements=ELEMENTS):
                 driver.lib.cuMemFree_v2(pointer)
         if module.value:
             driver.lib.cuModuleUnload(module)
-        release = getattr(driver.lib, "cuDevicePrimaryCtxRelease_v2", None) or driver.lib.cuDevicePrimaryCtxRelease
-        release(device)
+        # CUDA 11+ exports the _v2 entry point; older drivers only the plain one.
+        if hasattr(driver.lib, "cuDevicePrimaryCtxRelease_v2"):
+            driver.lib.cuDevicePrimaryCtxRelease_v2(device)
+        else:
+            driver.lib.cuDevicePrimaryCtxRelease(device)
     return {"passed": True, "name": name_buffer.value.decode("utf-8", "replace"), "error": None,
             "duration_ms": int((time.time() - started) * 1000)}
 

@@ -20,8 +20,9 @@ import re
 import time
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config
-from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import GpuHealthError, collect_live, evaluate
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts, default_run_command
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import GpuHealthError, collect, evaluate
+from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_matrix import (
     ProfileSelectionError, SpecMatrixError, drift_line, judge_profile, select_profile, summarize, validate_matrix)
 from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
@@ -34,21 +35,23 @@ TEXTFILE_MAX_BYTES = 1024 * 1024
 _METRIC_RE = re.compile(r"^" + READINESS_METRIC + r"(?:\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$")
 
 
-class CachedRunner(object):
-    """``run(argv, timeout=None) -> (rc, out, err)`` that runs each argv once."""
+class CachedTools(NodeTools):
+    """The shared runner, running each command line once per execution (spec and gpu_health both read
+    ``nvidia-smi -q -x``); ``runs`` and ``tool_ms`` say what the tools cost."""
 
-    def __init__(self, run_command=None):
-        self._run = run_command or default_run_command
+    def __init__(self, **kwargs):
+        NodeTools.__init__(self, **kwargs)
         self._cache = {}
         self.runs = 0
         self.tool_ms = 0.0
 
-    def __call__(self, argv, timeout=None, **kwargs):
-        key = tuple(argv)
+    def run(self, tool, args, capture_key=None, timeout=None, env_update=None):
+        key = (tool, tuple(args))
         if key not in self._cache:
             self.runs += 1
             started = time.time()
-            self._cache[key] = self._run(list(argv), timeout)
+            self._cache[key] = NodeTools.run(self, tool, args, capture_key=capture_key, timeout=timeout,
+                                             env_update=env_update)
             self.tool_ms += (time.time() - started) * 1000.0
         return self._cache[key]
 
@@ -75,12 +78,11 @@ def check_spec(matrix, profile, facts):
     return _result("spec", status, expected, actual, bad)
 
 
-def check_gpu_health(runner, params):
+def check_gpu_health(tools, params):
     """gpu_health's verdict; the device-plugin count joins when given."""
     try:
-        inputs, _sources = collect_live(
-            runner, nvidia_smi=params.get("nvidia_smi") or "nvidia-smi", lspci=params.get("lspci") or "lspci",
-            kernel_log=params.get("kernel_log") or "auto", xid_since=params.get("xid_since") or "24h",
+        inputs, _sources = collect(
+            tools, kernel_log=params.get("kernel_log") or "auto", xid_since=params.get("xid_since") or "24h",
             sysfs_root=params.get("pci_sysfs_root") or "/sys/bus/pci/devices")
         if params.get("device_plugin_count") is not None:
             inputs["device_plugin_count"] = params["device_plugin_count"]
@@ -97,14 +99,13 @@ def check_gpu_health(runner, params):
     return _result("gpu_health", "fail", expected, "not ready: " + "; ".join(reasons), reasons)
 
 
-def check_containerd(runner, containerd, runtime_name, binary):
+def check_containerd(tools, runtime_name, binary):
     """``containerd config dump`` registers the runtime with the expected BinaryName."""
     expected = "runtime %s with BinaryName %s" % (runtime_name, binary)
-    rc, out, err = runner([containerd, "config", "dump"])
-    if rc != 0:
-        line = (err or out or "").strip().splitlines()
-        return _result("containerd", "fail", expected, "'%s config dump' exited %s: %s"
-                       % (containerd, rc, line[0] if line else "no output"))
+    result = tools.run("containerd", ["config", "dump"])
+    if not result.ok:
+        return _result("containerd", "fail", expected, "containerd config dump: %s" % result.message)
+    out = result.stdout
     try:
         data = containerd_config.parse(out, "containerd config dump")
         version = containerd_config.detect_version(data, "containerd config dump")
@@ -154,17 +155,27 @@ def check_readiness(path, max_age, now=None):
     return _result("readiness", "pass" if age <= max_age else "fail", expected, actual)
 
 
-def run_checks(params, run_command=None, find_binary=None, now=None):
+def tools_for(params):
+    """The runner for one execution, with the binaries the options name."""
+    paths = {}
+    for option, tool in (("nvidia_smi", "nvidia-smi"), ("lspci", "lspci"), ("containerd", "containerd")):
+        if params.get(option):
+            paths[tool] = params[option]
+    return CachedTools(paths=paths, timeout=params.get("command_timeout"))
+
+
+def run_checks(params, tools=None, now=None):
     """Run the selected checks; returns ``{compliant, checks, tool_runs}``.
 
-    ``params``: the module's options (see plugins/modules/node_compliance.py).
+    ``params``: the module's options (see plugins/modules/node_compliance.py); ``tools``: a
+    :class:`CachedTools` (tests inject one with a fake runner).
     """
-    runner = CachedRunner(run_command)
+    runner = tools if tools is not None else tools_for(params)
     wanted = params.get("checks") or list(CHECKS)
     checks = []
     for name in CHECKS:
         started, tool_before = time.time(), runner.tool_ms
-        _one_check(name, wanted, params, runner, find_binary, now, checks)
+        _one_check(name, wanted, params, runner, now, checks)
         if checks[-1]["status"] != "skip":
             tool_ms = runner.tool_ms - tool_before
             checks[-1]["tool_ms"] = round(tool_ms, 3)
@@ -173,7 +184,7 @@ def run_checks(params, run_command=None, find_binary=None, now=None):
     return {"compliant": compliant, "checks": checks, "tool_runs": runner.runs}
 
 
-def _one_check(name, wanted, params, runner, find_binary, now, checks):
+def _one_check(name, wanted, params, runner, now, checks):
     """Append the result of check ``name`` to ``checks``."""
     if name not in wanted:
         checks.append(_result(name, "skip", actual="not selected"))
@@ -182,15 +193,12 @@ def _one_check(name, wanted, params, runner, find_binary, now, checks):
         if not params.get("matrix"):
             checks.append(_result("spec", "skip", actual="no spec matrix given"))
             return
-        facts = NodeFacts(root=params.get("spec_root") or "/", run_command=runner, find_binary=find_binary)
+        facts = NodeFacts(root=params.get("spec_root") or "/", tools=runner)
         checks.append(check_spec(params["matrix"], params.get("profile"), facts))
     elif name == "gpu_health":
         checks.append(check_gpu_health(runner, params))
     elif name == "containerd":
-        containerd = params.get("containerd") or "containerd"
-        if find_binary is not None:
-            containerd = find_binary(containerd) or containerd
-        checks.append(check_containerd(runner, containerd, params.get("runtime_name") or "nvidia",
+        checks.append(check_containerd(runner, params.get("runtime_name") or "nvidia",
                                        params.get("runtime_binary") or "/usr/bin/nvidia-container-runtime"))
     elif name == "readiness":
         path = params.get("readiness_textfile")

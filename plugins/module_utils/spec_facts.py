@@ -26,7 +26,6 @@ __metaclass__ = type
 import os
 import re
 import stat
-import subprocess
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (

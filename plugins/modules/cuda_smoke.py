@@ -21,9 +21,9 @@ description:
   - It tests every GPU that C(nvidia-smi -L) lists, and every MIG device instead of its parent when MIG is on.
     Each device runs in its own child process with E(CUDA_VISIBLE_DEVICES) set to its UUID, so a driver crash
     or hang costs that child only; the module reports it and goes on.
-  - A failure names the CUDA call and C(cuGetErrorName)'s text (C(cuModuleLoadData failed:
-    CUDA_ERROR_INVALID_PTX (218))).
-  - Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?).
+  - "A failure names the CUDA call and C(cuGetErrorName)'s text (C(cuModuleLoadData failed:
+    CUDA_ERROR_INVALID_PTX (218)))."
+  - "Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?)."
   - The kernel only computes; the module changes nothing and runs in check mode too.
 options:
   nvidia_smi:

@@ -53,7 +53,7 @@ options:
     choices: [completions, chat]
     default: completions
   api_key:
-    description: Sent as C(Authorization: Bearer) when set.
+    description: "Sent as C(Authorization: Bearer <api_key>) when set."
     type: str
   fail_on_failure:
     description: Fail the task when the check did not pass. With V(false) the verdict is only returned.
@@ -123,8 +123,8 @@ def main():
             base_url=dict(type="str", required=True),
             model=dict(type="str"),
             prompt=dict(type="str", default=DEFAULT_PROMPT),
-            min_tokens=dict(type="int", default=8),
-            max_tokens=dict(type="int"),
+            min_tokens=dict(type="int", default=8, no_log=False),
+            max_tokens=dict(type="int", no_log=False),
             timeout=dict(type="int", default=60),
             api=dict(type="str", choices=["completions", "chat"], default="completions"),
             api_key=dict(type="str", no_log=True),

@@ -102,6 +102,7 @@ options:
         type: str
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
+  - gpu_native.fleet.node_tools.captured
 notes:
   - Supports check mode; the module is read-only either way.
   - M(gpu_native.fleet.mig_layout) applies a config; both plan through the same code.

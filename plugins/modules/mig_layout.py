@@ -90,6 +90,7 @@ options:
         type: str
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
+  - gpu_native.fleet.node_tools.captured
 notes:
   - Supports check mode (reports the plan and C(changed), runs only the read-only C(nvidia-smi) calls) and diff mode
     (the MIG layout per GPU before and after, as text).

@@ -46,6 +46,11 @@ options:
     description: Path or name of C(nvidia-smi).
     type: str
     default: nvidia-smi
+  command_timeout:
+    description:
+      - Seconds each tool call may take before its process group is killed; a timeout is that check's failure,
+        never a hang. Unset, each tool has its own default (C(nvidia-smi) 30 s).
+    type: float
   lspci:
     description: Path or name of C(lspci).
     type: str
@@ -151,6 +156,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.fleet_compliance import CHECKS, run_checks
+from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeToolsError
 
 
 def main():
@@ -162,6 +168,7 @@ def main():
             spec_root=dict(type="path", default="/"),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             lspci=dict(type="str", default="lspci"),
+            command_timeout=dict(type="float"),
             pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
             kernel_log=dict(type="str", default="auto"),
             xid_since=dict(type="str", default="24h"),
@@ -183,7 +190,10 @@ def main():
     if not os.path.isdir(params["spec_root"]):
         module.fail_json(msg="spec_root %s is not a directory. Fix: pass an existing directory (default /)."
                              % params["spec_root"])
-    result = run_checks(params)
+    try:
+        result = run_checks(params)
+    except NodeToolsError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
 
 

@@ -131,8 +131,8 @@ def main(argv=None):
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file")
-    parser.add_argument("--mode", default="ok", choices=["ok", "no-usage", "few-tokens", "empty", "malformed",
-                                                        "http-500", "slow", "loading"])
+    parser.add_argument("--mode", default="ok",
+                        choices=["ok", "no-usage", "few-tokens", "empty", "malformed", "http-500", "slow", "loading"])
     parser.add_argument("--delay", type=float, default=5.0)
     args = parser.parse_args(argv)
     server = serve(args.port, args.mode, args.delay, args.host)

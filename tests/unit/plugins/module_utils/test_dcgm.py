@@ -71,8 +71,8 @@ def test_table_dcgm4_per_gpu_rows():
     assert parsed["dcgm_version"] == "4.2.3"
     software = parsed["tests"][0]
     assert software["name"] == "software" and software["category"] == "Deployment"
-    assert [(r["gpu"], r["status"]) for r in software["results"]] == [(None, "pass"), (0, "pass"), (1, "pass"),
-                                                                     (2, "pass"), (3, "pass")]
+    expected = [(None, "pass"), (0, "pass"), (1, "pass"), (2, "pass"), (3, "pass")]
+    assert [(r["gpu"], r["status"]) for r in software["results"]] == expected
 
 
 def test_table_fail_inside_pass_row_with_wrapped_warning():

@@ -10,28 +10,29 @@ V2 = """version = 2
 
 
 def _runner(out, rc=0):
+    """A CachedTools whose processes are faked: every call answers ``out`` with ``rc``."""
     calls = []
 
-    def run(argv, timeout=None):
+    def run(argv, timeout, env_update=None):
         calls.append(argv)
-        return rc, out, ""
-    return fc.CachedRunner(run), calls
+        return rc, out.encode(), b"", False, False, 0.0
+    return fc.CachedTools(runner=run, finder=lambda name: "/usr/bin/" + name), calls
 
 
 def test_containerd_handler():
     runner, calls = _runner(V2 % "/usr/bin/nvidia-container-runtime")
-    assert fc.check_containerd(runner, "containerd", "nvidia", "/usr/bin/nvidia-container-runtime")["status"] == "pass"
-    fc.check_containerd(runner, "containerd", "nvidia", "/usr/bin/nvidia-container-runtime")
+    assert fc.check_containerd(runner, "nvidia", "/usr/bin/nvidia-container-runtime")["status"] == "pass"
+    fc.check_containerd(runner, "nvidia", "/usr/bin/nvidia-container-runtime")
     assert len(calls) == 1  # cached
     runner, calls = _runner(V2 % "/usr/bin/runc")
-    result = fc.check_containerd(runner, "containerd", "nvidia", "/usr/bin/nvidia-container-runtime")
+    result = fc.check_containerd(runner, "nvidia", "/usr/bin/nvidia-container-runtime")
     assert result["status"] == "fail" and "/usr/bin/runc" in result["actual"]
     runner, calls = _runner(V2 % "x")
-    assert fc.check_containerd(runner, "containerd", "other", "x")["status"] == "fail"
+    assert fc.check_containerd(runner, "other", "x")["status"] == "fail"
     runner, calls = _runner("", rc=1)
-    assert fc.check_containerd(runner, "containerd", "nvidia", "x")["status"] == "fail"
+    assert fc.check_containerd(runner, "nvidia", "x")["status"] == "fail"
     runner, calls = _runner("version = [")
-    assert fc.check_containerd(runner, "containerd", "nvidia", "x")["status"] == "error"
+    assert fc.check_containerd(runner, "nvidia", "x")["status"] == "error"
 
 
 def test_readiness_freshness(tmp_path):
