@@ -10,6 +10,11 @@ export ANSIBLE_COLLECTIONS_PATH="$repo/.cache/collections"
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=true
 export MOLECULE_NO_LOG=false
 export NO_COLOR=1 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+# Molecule's prerun installs the collection under $ANSIBLE_HOME/collections and
+# that copy is found first: one per checkout, or checkouts (and CI) sharing
+# this machine would test each other's code.  Molecule's own scratch folders
+# move there too.
+export ANSIBLE_HOME="$repo/.cache/ansible-home"
 # Shared by every test host: downloaded .deb files survive between runs.
 mkdir -p "$repo/.cache/apt-archives/partial"
 
@@ -29,6 +34,7 @@ fi
 
 declare -A result
 failed=0
+all_start=$(date +%s)
 for s in "${scenarios[@]}"; do
   start=$(date +%s)
   echo "=== molecule test -s $s"
@@ -46,6 +52,8 @@ done
 
 echo "=== Molecule scenarios"
 for s in "${scenarios[@]}"; do
-  printf '%-24s %s\n' "$s" "${result[$s]}"
+  printf '%-32s %s\n' "$s" "${result[$s]}"
 done
+secs=$(( $(date +%s) - all_start ))
+printf '%-32s %s\n' "(all)" "$((secs / 60))m$((secs % 60))s"
 exit $failed
