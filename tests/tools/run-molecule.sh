@@ -15,8 +15,14 @@ export NO_COLOR=1 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 # this machine would test each other's code.  Molecule's own scratch folders
 # move there too.
 export ANSIBLE_HOME="$repo/.cache/ansible-home"
-# Shared by every test host: downloaded .deb files survive between runs.
+# Shared by every test host: downloaded .deb files survive between runs.  A
+# host that installs in parallel with another gets a folder of its own (apt's
+# lock does not work across containers): every .cache/apt-archives* folder a
+# scenario mounts is created here.
 mkdir -p "$repo/.cache/apt-archives/partial"
+while read -r dir; do
+  mkdir -p "$repo/$dir/partial"
+done < <(grep -ho '/\.cache/apt-archives[-a-z0-9]*:' molecule/*/molecule.yml | tr -d ':' | sort -u | sed 's#^/##')
 
 if (($#)); then
   scenarios=("$@")
