@@ -49,8 +49,13 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q -r requirements.txt
 	@touch $@
 
-image: ## the Debian 12 test-host image (cached by input hash)
+image: ## the test-host images: Debian 12, Debian 13, Debian 12 + containerd 2.x (each cached by input hash)
 	@tests/images/build-debian12.sh
+	@tests/images/build-test-host.sh debian13
+	@tests/images/build-test-host.sh debian12-containerd2
+
+image-%: ## one test-host image: image-debian12, image-debian13, image-debian12-containerd2
+	@tests/images/build-test-host.sh $*
 
 collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 	@mkdir -p $(COLL_ROOT)/ansible_collections/gpu_native
