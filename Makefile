@@ -14,6 +14,9 @@ SCENARIO    ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(abspath $(COLL_ROOT))
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
+# Tools that install the collection (ansible-lint, Molecule) do it under $ANSIBLE_HOME: one per checkout,
+# so checkouts sharing a machine (and CI on it) never load each other's copy from ~/.ansible.
+export ANSIBLE_HOME := $(abspath $(CACHE))/ansible-home
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 

@@ -14,6 +14,7 @@ cd "$repo"
 export PATH="$repo/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$repo/.cache/collections"
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=true
+export ANSIBLE_HOME="$repo/.cache/ansible-home"  # as tests/tools/run-molecule.sh: this checkout's collection copy
 export NO_COLOR=1 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 mkdir -p "$repo/.cache/apt-archives/partial" "$repo/.cache/demo"
 log="$repo/.cache/demo/onboard.log"
