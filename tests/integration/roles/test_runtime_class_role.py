@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+from testlib import REPO_ROOT
 
 NVIDIA_SMI = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
 H100_CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
