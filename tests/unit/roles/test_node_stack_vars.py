@@ -69,6 +69,7 @@ def test_driver_os_file_defines_every_variable_the_tasks_read(os_file):
     family = load(os.path.join(DRIVER, "vars", os_file))["__nvidia_driver_pkg_family"]
     if family != "dnf":
         needed.discard("__nvidia_driver_module_stream")  # read by tasks/dnf/ only
+        needed.discard("__nvidia_driver_repo_dnf_signed")
     else:
         needed.discard("__nvidia_driver_auto_upgrade_file")  # read by tasks/apt/ only (in vars/main.yml anyway)
     assert needed - defined == set(), "%s lacks %s" % (os_file, sorted(needed - defined))
@@ -123,6 +124,23 @@ def test_debian_distro_branches_match_the_archive():
     assert load(os.path.join(DRIVER, "vars", "Debian-13.yml"))["__nvidia_driver_branches"]["distro"] == ["550"]
 
 
+def test_dnf_signature_policy_matches_each_publisher():
+    """NVIDIA signs the CUDA repository's RPMs and the toolkit repository's repomd.xml (their .repo files)."""
+    assert load(os.path.join(DRIVER, "vars", "RedHat-9.yml"))["__nvidia_driver_repo_dnf_signed"] == ["packages"]
+    assert load(os.path.join(TOOLKIT, "vars", "RedHat.yml"))["__container_toolkit_repo_dnf_signed"] == ["metadata"]
+
+
+def test_one_repository_task_file_for_both_roles():
+    """Both roles add their repository through gpu_native.fleet.signed_repository, never on their own."""
+    for role in (DRIVER, TOOLKIT):
+        text = role_text(role)
+        assert "gpu_native.fleet.signed_repository" in text
+        for own_copy in ("yum_repository", "--error-on=any", "signed-by=", "get_url"):
+            assert own_copy not in text, (role, own_copy)
+    shared = role_text(os.path.join(ROOT, "roles", "signed_repository"))
+    assert "--error-on=any" in shared and "signed-by=" in shared and "repo_gpgcheck" in shared
+
+
 def test_rhel_uses_the_dkms_module_stream_and_no_distro_source():
     data = load(os.path.join(DRIVER, "vars", "RedHat-9.yml"))
     assert data["__nvidia_driver_module_stream"] == "nvidia-driver:{branch}-dkms"
@@ -172,6 +190,8 @@ def test_toolkit_os_family_files(os_file):
     needed = names_read(TOOLKIT, "__container_toolkit_") - names_set_inside(TOOLKIT, "__container_toolkit_")
     if data["__container_toolkit_pkg_family"] == "dnf":
         needed.discard("__container_toolkit_auto_upgrade_file")  # apt.yml only
+    else:
+        needed.discard("__container_toolkit_repo_dnf_signed")  # dnf.yml only
     assert needed - defined == set(), sorted(needed - defined)
     url = data["__container_toolkit_repo_url_nvidia"]
     assert url.startswith("https://nvidia.github.io/libnvidia-container/stable/")
