@@ -106,6 +106,22 @@ def driver_playbook(tmp_path):
         ], "rescue": [
             {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': ansible_failed_result.msg}) }}" % name}},
         ]})
+    for name, (os_file, inputs, devices, _expected) in KERNEL_MODULE_CASES.items():
+        before = {"pci_gpus": [{"pci_bus_id": "0000:%02x:00.0" % (0x18 + i), "class_code": "0302", "vendor_id": "10de",
+                                "device_id": device} for i, device in enumerate(devices)]}
+        tasks.append({"name": "kernel module " + name, "block": [
+            {"ansible.builtin.include_vars": {"file": os.path.join(DRIVER_VARS, os_file)}},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.nvidia_driver", "tasks_from": "validate.yml"},
+             "vars": inputs},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.nvidia_driver", "tasks_from": "kernel_module.yml"},
+             "vars": dict(inputs, __nvidia_driver_before=before)},
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': 'flavour=' ~ "
+                                          "__nvidia_driver_kernel_module_choice.flavour ~ ' version_package=' ~ "
+                                          "__nvidia_driver_version_package_name ~ ' dkms=' ~ __nvidia_driver_dkms_module ~ "
+                                          "' packages=' ~ (__nvidia_driver_package_names | join(','))}) }}" % name}},
+        ], "rescue": [
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': ansible_failed_result.msg}) }}" % name}},
+        ]})
     tasks.append({"ansible.builtin.copy": {"content": "{{ results | to_json }}", "dest": str(tmp_path / "results.json"),
                                            "mode": "0644"}})
     play = [{"hosts": "localhost", "gather_facts": True, "gather_subset": ["!all", "min"],
@@ -113,6 +129,44 @@ def driver_playbook(tmp_path):
     path = tmp_path / "driver_checks.yml"
     path.write_text(yaml.safe_dump(play, sort_keys=False))
     return path
+
+
+# name: (OS vars file, role variables, PCI device ids of the GPUs, expected fragments)
+KERNEL_MODULE_CASES = {
+    "debian12_no_gpu_535": ("Debian-12.yml", {"nvidia_driver_branch": "535"}, [],
+                            ["flavour=proprietary", "version_package=nvidia-kernel-dkms", "dkms=nvidia-current "]),
+    "debian12_h100_open": ("Debian-12.yml", {"nvidia_driver_branch": "535"}, ["2330"] * 2,
+                           ["flavour=open", "version_package=nvidia-open-kernel-dkms", "dkms=nvidia-current-open",
+                            "packages=nvidia-driver,nvidia-open-kernel-dkms,firmware-nvidia-gsp"]),
+    "debian12_cuda_repo_580": ("Debian-12.yml", {"nvidia_driver_source": "cuda_repo", "nvidia_driver_branch": "580"},
+                               ["20b2"], ["flavour=open", "version_package=nvidia-kernel-open-dkms"]),
+    "ubuntu2404_open": ("Ubuntu-24.04.yml", {"nvidia_driver_branch": "570"}, ["2235"],
+                        ["flavour=open", "version_package=nvidia-dkms-570-server-open",
+                         "packages=nvidia-driver-570-server-open,nvidia-dkms-570-server-open"]),
+    "ubuntu2404_proprietary": ("Ubuntu-24.04.yml", {"nvidia_driver_branch": "570",
+                                                    "nvidia_driver_kernel_module": "proprietary"}, ["2235"],
+                               ["flavour=proprietary", "version_package=nvidia-dkms-570-server "]),
+    "rhel9_open": ("RedHat-9.yml", {"nvidia_driver_source": "cuda_repo", "nvidia_driver_branch": "570"}, ["2330"],
+                   ["flavour=open", "packages=nvidia-driver,nvidia-driver-cuda,nvidia-driver-libs,kmod-nvidia-open-dkms"]),
+    "blackwell_proprietary_refused": ("Debian-12.yml", {"nvidia_driver_source": "cuda_repo", "nvidia_driver_branch": "570",
+                                                        "nvidia_driver_kernel_module": "proprietary"}, ["2941"],
+                                      ["nvidia_driver_kernel_module=proprietary cannot drive 0000:18:00.0 (device 2941)",
+                                       "Fix: set nvidia_driver_kernel_module to open or auto", "Nothing was changed"]),
+    "blackwell_old_branch_refused": ("Debian-12.yml", {"nvidia_driver_branch": "535"}, ["2941"],
+                                     ["branch 535 cannot drive the Blackwell GPU(s) at 0000:18:00.0 (device 2941)",
+                                      "Fix: set nvidia_driver_branch to 570 or newer"]),
+    "volta_open_refused": ("Debian-12.yml", {"nvidia_driver_branch": "535", "nvidia_driver_kernel_module": "open"},
+                           ["1db5"], ["the open kernel modules need a Turing or newer GPU (volta)"]),
+    "prebuilt_not_ubuntu": ("Debian-12.yml", {"nvidia_driver_branch": "535", "nvidia_driver_ubuntu_prebuilt_modules": True},
+                            [], ["nvidia_driver_ubuntu_prebuilt_modules=true needs Ubuntu's linux-restricted-modules"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_MODULE_CASES))
+def test_driver_kernel_module(driver_results, name):
+    message = driver_results[name] + " "
+    for fragment in KERNEL_MODULE_CASES[name][3]:
+        assert fragment in message, message
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +239,22 @@ def toolkit_results(tmp_path_factory):
             {"ansible.builtin.include_role": {"name": "gpu_native.fleet.container_toolkit", "tasks_from": "validate.yml"},
              "vars": inputs},
             {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': 'ok ' ~ __container_toolkit_repo_url}) }}" % name}},
+        ], "rescue": [
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': ansible_failed_result.msg}) }}" % name}},
+        ]})
+    for name, (os_file, inputs, devices, _expected) in KERNEL_MODULE_CASES.items():
+        before = {"pci_gpus": [{"pci_bus_id": "0000:%02x:00.0" % (0x18 + i), "class_code": "0302", "vendor_id": "10de",
+                                "device_id": device} for i, device in enumerate(devices)]}
+        tasks.append({"name": "kernel module " + name, "block": [
+            {"ansible.builtin.include_vars": {"file": os.path.join(DRIVER_VARS, os_file)}},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.nvidia_driver", "tasks_from": "validate.yml"},
+             "vars": inputs},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.nvidia_driver", "tasks_from": "kernel_module.yml"},
+             "vars": dict(inputs, __nvidia_driver_before=before)},
+            {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': 'flavour=' ~ "
+                                          "__nvidia_driver_kernel_module_choice.flavour ~ ' version_package=' ~ "
+                                          "__nvidia_driver_version_package_name ~ ' dkms=' ~ __nvidia_driver_dkms_module ~ "
+                                          "' packages=' ~ (__nvidia_driver_package_names | join(','))}) }}" % name}},
         ], "rescue": [
             {"ansible.builtin.set_fact": {"results": "{{ results | combine({'%s': ansible_failed_result.msg}) }}" % name}},
         ]})
