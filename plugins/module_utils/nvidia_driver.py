@@ -190,7 +190,6 @@ def upstream_version(package_version):
     return match.group("upstream") if match else None
 
 
-
 # --- GPU architecture, driver branch floors and kernel module flavours -------
 #
 # PCI device id (vendor 10de) ranges per architecture, inclusive, lower-case
@@ -283,7 +282,7 @@ def choose_kernel_module(requested, branch, gpus, open_offered=True, source="thi
                         % (requested, ", ".join(KERNEL_MODULE_CHOICES)))
         return result
     try:
-        branch_number = int(str(branch).split(".")[0])
+        branch_number = int(str(branch).split(".", maxsplit=1)[0])
     except (TypeError, ValueError):
         problems.append("driver branch %r is not a number. Fix: set nvidia_driver_branch such as 570." % (branch,))
         return result
@@ -308,8 +307,8 @@ def choose_kernel_module(requested, branch, gpus, open_offered=True, source="thi
     if needs_open and cannot_open:
         problems.append(
             "this node mixes GPUs that need the open kernel modules (%s) with GPUs the open modules cannot drive (%s); "
-            "no single driver runs both. Fix: do not mix these GPUs in one node." % (_describe(needs_open),
-                                                                                      _describe(cannot_open)))
+            "no single driver runs both. Fix: do not mix these GPUs in one node."
+            % (_describe(needs_open), _describe(cannot_open)))
     elif requested == "proprietary" and needs_open:
         problems.append(
             "nvidia_driver_kernel_module=proprietary cannot drive %s: NVIDIA supports only the open kernel modules on "

@@ -3,7 +3,9 @@ import json
 import urllib.error
 import urllib.request
 
-from testlib import REPO_ROOT, k8s_standin_server, run_ansible_playbook  # noqa: F401 (re-exported)
+from testlib import REPO_ROOT, k8s_standin_server, run_ansible_playbook  # noqa: F401  pylint: disable=unused-import
+
+__all__ = ["REPO_ROOT", "run_ansible_playbook", "start_k8s_standin", "NotFound", "api_get"]
 
 
 def start_k8s_standin(tmp_path, seed):
