@@ -9,6 +9,12 @@ Public API
 key/value is valid for the API server, else a one-line reason (the same
 rules as apimachinery's ``IsQualifiedName`` / ``IsValidLabelValue``).
 ``taint_problem(taint)``: None or a reason, for ``{key, value, effect}``.
+``dns_subdomain_problem(name)`` / ``dns_label_problem(name)``: object names
+(RFC 1123, as apimachinery's ``IsDNS1123Subdomain`` / ``IsDNS1123Label``).
+``toleration_problem(toleration)``, ``quantity_problem(value)``.
+``problems(value, kind, name)``: every rule above behind one entry point, as a
+list of ``"<name>...: <reason>"`` lines (what the ``k8s_problems`` filter
+returns); ``KINDS`` lists the kinds.
 ``label_value_from_text(text)``: a label-safe form of free text, the way GPU
 Feature Discovery writes ``nvidia.com/gpu.product`` (``NVIDIA H100 80GB HBM3``
 becomes ``NVIDIA-H100-80GB-HBM3``).
@@ -25,6 +31,8 @@ __metaclass__ = type
 
 import re
 
+from collections.abc import Mapping, Sequence
+
 LABEL_ACCELERATOR = "accelerator"
 LABEL_MODEL = "gpu.nvidia.com/model"
 LABEL_MEMORY = "gpu.nvidia.com/memory"
@@ -34,6 +42,36 @@ _NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _MEMORY_RE = re.compile(r"^[1-9][0-9]*Gi$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# resource.Quantity, the forms a RuntimeClass overhead takes (no exponent form).
+_QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
+
+
+def type_name(value):
+    """The plain YAML/JSON type of a value (dict, list, str, int...), never an internal class name.
+
+    Values from templates arrive as ansible-core's lazy containers
+    (``_AnsibleLazyTemplateList``...); a message names the type a user wrote.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, Mapping):
+        return "dict"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, (Sequence, set, frozenset)):
+        return "list"
+    return type(value).__name__
 
 
 class K8sLabelError(ValueError):
@@ -58,7 +96,7 @@ def label_key_problem(key):
 
 def label_value_problem(value):
     if not isinstance(value, str):
-        return "a label value must be a string, got %s" % type(value).__name__
+        return "a label value must be a string, got %s" % type_name(value)
     if len(value) > 63:
         return "%r is longer than 63 characters" % value
     if not _VALUE_RE.match(value):
@@ -67,9 +105,71 @@ def label_value_problem(value):
     return None
 
 
+def dns_subdomain_problem(name):
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string, got %s" % type_name(name)
+    if len(name) > 253:
+        return "%r is longer than 253 characters" % name
+    if not _DNS_SUBDOMAIN_RE.match(name):
+        return ("%r must be a lowercase DNS subdomain (lowercase alphanumerics, '-' and '.', starting and ending "
+                "with an alphanumeric)" % name)
+    return None
+
+
+def dns_label_problem(name):
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string, got %s" % type_name(name)
+    if len(name) > 63:
+        return "%r is longer than 63 characters" % name
+    if not _DNS_LABEL_RE.match(name):
+        return ("%r must be a lowercase DNS label (lowercase alphanumerics and '-', starting and ending with an "
+                "alphanumeric)" % name)
+    return None
+
+
+def quantity_problem(value):
+    text = value if isinstance(value, str) else (str(value) if isinstance(value, int) and not isinstance(value, bool)
+                                                 else None)
+    if text is None or not _QUANTITY_RE.match(text):
+        return "%r is not a Kubernetes quantity (e.g. 250m, 0.5, 120Mi, 1Gi)" % (value,)
+    return None
+
+
+def toleration_problem(toleration):
+    """None or a reason, for one RuntimeClass/pod toleration (this collection requires the operator)."""
+    if not isinstance(toleration, Mapping):
+        return "a toleration must be a dict with key, operator, value and effect, got %s" % type_name(toleration)
+    unknown = sorted(set(toleration) - set(TOLERATION_FIELDS))
+    if unknown:
+        return "unknown toleration field(s) %s; a toleration has %s" % (", ".join(unknown), ", ".join(TOLERATION_FIELDS))
+    operator = toleration.get("operator")
+    if operator not in TOLERATION_OPERATORS:
+        return "operator %r must be Exists or Equal" % (operator,)
+    key = toleration.get("key") or ""
+    if key:
+        problem = label_key_problem(key)
+        if problem:
+            return "key: " + problem
+    elif operator != "Exists":
+        return "an empty key matches every taint only with operator Exists"
+    value = toleration.get("value")
+    if operator == "Exists" and value not in (None, ""):
+        return "operator Exists takes no value (got %r)" % (value,)
+    if operator == "Equal" and value not in (None, ""):
+        problem = label_value_problem(value)
+        if problem:
+            return "value: " + problem
+    effect = toleration.get("effect") or ""
+    if effect and effect not in TAINT_EFFECTS:
+        return "effect %r must be one of %s, or empty for all" % (effect, ", ".join(TAINT_EFFECTS))
+    if "tolerationSeconds" in toleration and effect != "NoExecute":
+        return "tolerationSeconds applies to effect NoExecute only"
+    return None
+
+
 def taint_problem(taint):
-    if not isinstance(taint, dict):
-        return "a taint must be a dict with key, value and effect"
+    if not isinstance(taint, Mapping):
+        return "a taint must be a dict with key, value and effect, got %s" % type_name(taint)
     unknown = sorted(set(taint) - set(("key", "value", "effect")))
     if unknown:
         return "unknown taint field(s) %s; a taint has key, value and effect" % ", ".join(unknown)
@@ -143,3 +243,79 @@ def gpu_node_labels(inventory, accelerator, model=None, memory=None):
         raise K8sLabelError("memory: %s." % problem)
     labels = {LABEL_ACCELERATOR: accelerator, LABEL_MODEL: model_label, LABEL_MEMORY: memory_value}
     return labels, details
+
+
+def _label_map_problems(labels, name):
+    if labels is None:
+        return []
+    if not isinstance(labels, Mapping):
+        return ["%s: must be a dict of labels, got %s" % (name, type_name(labels))]
+    found = []
+    for key in sorted(labels, key=str):
+        problem = label_key_problem(key)
+        if problem:
+            found.append("%s.%s: key %s" % (name, key, problem))
+        problem = label_value_problem(labels[key])
+        if problem:
+            found.append("%s.%s: value %s" % (name, key, problem))
+    return found
+
+
+def _tolerations_problems(tolerations, name):
+    if tolerations is None:
+        return []
+    if isinstance(tolerations, (str, bytes)) or not isinstance(tolerations, Sequence):
+        return ["%s: must be a list of tolerations, got %s" % (name, type_name(tolerations))]
+    found = []
+    for index, toleration in enumerate(tolerations):
+        problem = toleration_problem(toleration)
+        if problem:
+            found.append("%s[%d]: %s" % (name, index, problem))
+    return found
+
+
+def _resources_problems(resources, name):
+    if resources is None:
+        return []
+    if not isinstance(resources, Mapping):
+        return ["%s: must be a dict of cpu/memory quantities, got %s" % (name, type_name(resources))]
+    found = []
+    for key in sorted(resources, key=str):
+        if key not in ("cpu", "memory"):
+            found.append("%s.%s: unknown resource; use cpu and memory" % (name, key))
+            continue
+        problem = quantity_problem(resources[key])
+        if problem:
+            found.append("%s.%s: %s" % (name, key, problem))
+    return found
+
+
+def _single(check):
+    def run(value, name):
+        problem = check(value)
+        return ["%s: %s" % (name, problem)] if problem else []
+    return run
+
+
+def _gpu_memory(value):
+    return None if value == "" else memory_label_problem(value)
+
+
+KINDS = {
+    "labels": _label_map_problems,
+    "label_key": _single(label_key_problem),
+    "label_value": _single(label_value_problem),
+    "dns_subdomain": _single(dns_subdomain_problem),
+    "dns_label": _single(dns_label_problem),
+    "taint": _single(taint_problem),
+    "tolerations": _tolerations_problems,
+    "resources": _resources_problems,
+    "gpu_memory": _single(_gpu_memory),
+}
+
+
+def problems(value, kind, name="value"):
+    """Every problem the API server (or the GPU label scheme) has with ``value`` read as ``kind``; [] when none."""
+    if kind not in KINDS:
+        raise ValueError("unknown kind %r; use one of %s" % (kind, ", ".join(sorted(KINDS))))
+    return KINDS[kind](value, name)

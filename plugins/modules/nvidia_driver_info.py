@@ -91,11 +91,16 @@ kernel:
   type: str
   sample: 6.1.0-28-amd64
 pci_gpus:
-  description: NVIDIA GPUs found in sysfs (class 0302 or 0300, vendor 10de).
+  description:
+    - NVIDIA GPUs found in sysfs (class 0302 or 0300, vendor 10de).
+    - C(architecture) is the GPU architecture of the device id (C(volta), C(turing), C(ampere), C(ada), C(hopper),
+      C(blackwell)), C(unknown) for an id outside the collection's table; it decides the driver branch floor and the
+      kernel module flavour (see the P(gpu_native.fleet.nvidia_driver#role) role).
   returned: always
   type: list
   elements: dict
-  sample: [{"pci_bus_id": "0000:3b:00.0", "class_code": "0302", "vendor_id": "10de", "device_id": "2330"}]
+  sample: [{"pci_bus_id": "0000:3b:00.0", "class_code": "0302", "vendor_id": "10de", "device_id": "2330",
+            "architecture": "hopper"}]
 pci_nvswitches:
   description: NVIDIA NVSwitches found in sysfs (class 0680, vendor 10de).
   returned: always
@@ -194,6 +199,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_driver imp
     SECURE_BOOT_EFIVAR,
     dkms_state_for_kernel,
     find_device_users,
+    gpu_architecture,
     parse_dkms_status,
     parse_mokutil_sb_state,
     parse_mokutil_test_key,
@@ -314,7 +320,7 @@ def main():
     module.exit_json(
         changed=False,
         kernel=kernel,
-        pci_gpus=nvidia_gpus(devices),
+        pci_gpus=[dict(gpu, architecture=gpu_architecture(gpu.get("device_id"))) for gpu in nvidia_gpus(devices)],
         pci_nvswitches=nvidia_nvswitches(devices),
         device_users=find_device_users(),
         dkms=_dkms(module, kernel),

@@ -5,11 +5,12 @@ NVIDIA's libnvidia-container repository cannot be reached from the test
 machines, so the container_toolkit role is tested against this one.  It has
 the same shape as NVIDIA's (a flat repository per architecture, installed as
 ``deb [signed-by=KEYRING] URL/stable/deb/$(ARCH) /``) and holds the four real
-package names at each version given (default 1.17.8-1 and 1.18.0-1, two real
+package names at each version given (default 1.17.8-1 and 1.18.1-1, two real
 releases), with the real dependency structure:
 
     nvidia-container-toolkit      (= base, >= tools, << 2.0.0) /usr/bin/nvidia-container-runtime-hook
     nvidia-container-toolkit-base                              /usr/bin/nvidia-ctk, nvidia-container-runtime
+                                  (1.18 and newer also)        nvidia-cdi-refresh.service/.path (systemd)
     libnvidia-container-tools     (>= lib1, << 2.0.0)          /usr/bin/nvidia-container-cli
     libnvidia-container1
 
@@ -26,7 +27,7 @@ temporary GNUPGHOME, never written into the checkout).  Output, under --out
     stable/deb/<arch>/               the repository: *.deb, Packages(.gz), Release, Release.gpg, InRelease
     tampered/deb/<arch>/             a copy whose InRelease text was altered after signing
 
-Usage: python3 tests/apt_repo/build_repo.py [--out DIR] [--versions 1.17.8-1,1.18.0-1]
+Usage: python3 tests/apt_repo/build_repo.py [--out DIR] [--versions 1.17.8-1,1.18.1-1]
 Needs dpkg-deb and gpg.  Prints the output directory.
 """
 
@@ -45,7 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 STANDINS = os.path.join(ROOT, "tests", "standins")
-DEFAULT_VERSIONS = "1.17.8-1,1.18.0-1"
+DEFAULT_VERSIONS = "1.17.8-1,1.18.1-1"
 MAINTAINER = "gpu_native.fleet tests <tests@gpu-native.invalid>"
 HOMEPAGE = "https://github.com/NVIDIA/nvidia-container-toolkit"
 
@@ -85,6 +86,44 @@ skip-mode-detection = false
 """
 
 
+# Toolkit 1.18 added nvidia-cdi-refresh: a oneshot service that writes the CDI
+# spec to /var/run/cdi/nvidia.yaml, and a path unit that starts it when the
+# driver's modules or nvidia-ctk change.  These are STAND-IN units with the
+# real names, paths and output; the real ones also run at boot.
+CDI_REFRESH_SERVICE = """# STAND-IN for NVIDIA Container Toolkit's nvidia-cdi-refresh.service (tests only)
+[Unit]
+Description=Refresh NVIDIA CDI specification file (stand-in for tests)
+ConditionPathExists=/usr/bin/nvidia-ctk
+
+[Service]
+Type=oneshot
+EnvironmentFile=-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env
+ExecStart=/usr/bin/nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+CDI_REFRESH_PATH = """# STAND-IN for NVIDIA Container Toolkit's nvidia-cdi-refresh.path (tests only)
+[Unit]
+Description=Trigger a CDI specification refresh when the NVIDIA driver or toolkit changes (stand-in for tests)
+
+[Path]
+PathChanged=/lib/modules/%v/modules.dep
+PathChanged=/usr/bin/nvidia-ctk
+Unit=nvidia-cdi-refresh.service
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def has_cdi_refresh(version):
+    """nvidia-cdi-refresh ships with toolkit 1.18 and newer."""
+    major, minor = (int(part) for part in version.split("-")[0].split(".")[:2])
+    return (major, minor) >= (1, 18)
+
+
 def run(args, **kwargs):
     return subprocess.run(args, check=True, **kwargs)
 
@@ -97,6 +136,12 @@ def dpkg_arch():
 def package_specs(version):
     """The four packages at one version: name -> (depends, files {path: (content|source path, mode)}, conffiles)."""
     base_version = version
+    base_files = {"/usr/bin/nvidia-ctk": (os.path.join(STANDINS, "nvidia-ctk"), 0o755),
+                  "/usr/bin/nvidia-container-runtime": (os.path.join(STANDINS, "nvidia-container-runtime"), 0o755),
+                  "/etc/nvidia-container-runtime/config.toml": (RUNTIME_CONFIG, 0o644)}
+    if has_cdi_refresh(version):
+        base_files["/usr/lib/systemd/system/nvidia-cdi-refresh.service"] = (CDI_REFRESH_SERVICE, 0o644)
+        base_files["/usr/lib/systemd/system/nvidia-cdi-refresh.path"] = (CDI_REFRESH_PATH, 0o644)
     return {
         "libnvidia-container1": (
             "libc6 (>= 2.27)",
@@ -113,9 +158,7 @@ def package_specs(version):
         ),
         "nvidia-container-toolkit-base": (
             "",
-            {"/usr/bin/nvidia-ctk": (os.path.join(STANDINS, "nvidia-ctk"), 0o755),
-             "/usr/bin/nvidia-container-runtime": (os.path.join(STANDINS, "nvidia-container-runtime"), 0o755),
-             "/etc/nvidia-container-runtime/config.toml": (RUNTIME_CONFIG, 0o644)},
+            base_files,
             ["/etc/nvidia-container-runtime/config.toml"],
             "NVIDIA Container Toolkit Base (STAND-IN for tests, not NVIDIA's package)",
         ),

@@ -5,7 +5,7 @@ The nvidia-smi stand-in (``tests/standins/nvidia-smi``) imports this module and
 calls ``handle(argv, capture_dir)`` before its own dispatch.  This module keeps
 MIG state in a JSON file on the host and answers the MIG commands as the real
 tool does (texts and exit codes follow real captures, see
-tests/fixtures/mig/09_nvsmi_mig_tables_part.txt):
+tests/fixtures/nvidia/09_nvsmi_mig_tables_part.txt):
 
     nvidia-smi [-i N] -mig 0|1          (also --multi-instance-gpu)
     nvidia-smi [-i N] -r                (also --gpu-reset; applies a pending MIG mode)

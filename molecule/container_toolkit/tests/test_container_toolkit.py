@@ -9,7 +9,7 @@ testinfra_hosts = ["podman://gn-container_toolkit-node1"]
 
 PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
 OLD = sorted("%s=1.17.8-1" % p for p in PACKAGES)  # dpkg-query lists by name
-NEW = sorted("%s=1.18.0-1" % p for p in PACKAGES)
+NEW = sorted("%s=1.18.1-1" % p for p in PACKAGES)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def test_apt_get_upgrade_kept_the_pin(steps):
 def test_unknown_version_refused_early(steps):
     step = steps["bad_version"]
     assert "container_toolkit_version=1.99.0-1 is not offered" in step["refusal"]
-    assert "1.17.8-1" in step["refusal"] and "1.18.0-1" in step["refusal"]  # lists what is available
+    assert "1.17.8-1" in step["refusal"] and "1.18.1-1" in step["refusal"]  # lists what is available
     assert sorted(step["versions"]) == OLD
 
 
@@ -60,9 +60,9 @@ def test_unasked_downgrade_refused(steps):
 def test_final_state_pinned_and_held(host):
     held = set(host.check_output("apt-mark showhold").split())
     for package in PACKAGES:
-        assert host.check_output("dpkg-query -W -f='${Version}' %s" % package) == "1.18.0-1"
+        assert host.check_output("dpkg-query -W -f='${Version}' %s" % package) == "1.18.1-1"
         assert package in held
-    assert host.check_output("nvidia-ctk --version").startswith("NVIDIA Container Toolkit CLI version 1.18.0")
+    assert host.check_output("nvidia-ctk --version").startswith("NVIDIA Container Toolkit CLI version 1.18.1")
 
 
 def test_source_is_signed_by_the_right_key(host):
@@ -80,15 +80,26 @@ def test_unattended_upgrades_blacklist(host):
         assert '"%s";' % package in dump
 
 
-def test_cdi_spec_for_the_standin_gpus(host):
-    spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
+def test_toolkit_117_got_a_one_time_cdi_spec(steps):
+    # 1.17.x has no nvidia-cdi-refresh: the role generated /etc/cdi/nvidia.yaml itself.
+    assert steps["plain_rerun"]["etc_cdi_spec"] is True
+
+
+def test_toolkit_118_keeps_the_cdi_spec_with_nvidia_cdi_refresh(host):
+    # After the upgrade to 1.18.1 the toolkit's nvidia-cdi-refresh units keep the spec in /var/run/cdi.
+    spec_file = host.file("/var/run/cdi/nvidia.yaml")
+    spec = yaml.safe_load(spec_file.content_string)
     assert spec["kind"] == "nvidia.com/gpu"
     assert [d["name"] for d in spec["devices"]] == ["0", "1", "all"]
-    assert host.file("/etc/cdi/nvidia.yaml").mode == 0o644
+    assert spec_file.mode == 0o644
+    assert not host.file("/etc/cdi/nvidia.yaml").exists  # the one-time spec is gone: no device defined twice
+    assert host.service("nvidia-cdi-refresh.path").is_enabled
+    assert host.service("nvidia-cdi-refresh.service").is_enabled
+    assert host.check_output("systemctl is-active nvidia-cdi-refresh.path") == "active"
 
 
 def test_standin_cli_fails_like_the_real_one_without_a_driver(host):
     result = host.run("nvidia-container-cli info")
     assert result.rc == 1
     assert "load library failed: libnvidia-ml.so.1" in result.stderr
-    assert "cli-version: 1.18.0" in host.check_output("nvidia-container-cli --version")
+    assert "cli-version: 1.18.1" in host.check_output("nvidia-container-cli --version")

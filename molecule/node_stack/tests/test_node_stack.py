@@ -106,7 +106,7 @@ def test_toolkit_pinned_and_held(host, held):
 
 def test_newer_toolkit_offered_but_not_installed(host):
     policy = host.check_output("apt-cache policy nvidia-container-toolkit")
-    assert "1.18.0-1" in policy  # the repository offers it ...
+    assert "1.18.1-1" in policy  # the repository offers it ...
     assert re.search(r"Installed: 1\.17\.8-1", policy)  # ... and the pin holds
 
 

@@ -1,18 +1,11 @@
-"""Reuse the Kubernetes stand-in fixtures' helpers (tests/unit/k8s_standin/conftest.py) from role tests."""
-import importlib.util
+"""Kubernetes API stand-in helpers for role tests (built on tests/testlib.py)."""
 import json
-import os
 import urllib.error
 import urllib.request
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "unit", "k8s_standin", "conftest.py")
-_SPEC = importlib.util.spec_from_file_location("k8s_standin_conftest", _PATH)
-_MODULE = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(_MODULE)
+from testlib import REPO_ROOT, k8s_standin_server, run_ansible_playbook  # noqa: F401  pylint: disable=unused-import
 
-k8s_standin_server = _MODULE.k8s_standin_server
-run_ansible_playbook = _MODULE.run_ansible_playbook
-REPO_ROOT = _MODULE.REPO_ROOT
+__all__ = ["REPO_ROOT", "run_ansible_playbook", "start_k8s_standin", "NotFound", "api_get"]
 
 
 def start_k8s_standin(tmp_path, seed):

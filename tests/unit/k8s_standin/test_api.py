@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.dynamic import DynamicClient
 
-SERVER_PY = os.path.join(os.path.dirname(__file__), "..", "..", "k8s_standin", "server.py")
+from testlib import K8S_STANDIN_SERVER_PY as SERVER_PY  # noqa: E402
 
 GPU_NODE = {
     "apiVersion": "v1", "kind": "Node",

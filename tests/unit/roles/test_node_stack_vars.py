@@ -69,8 +69,12 @@ def test_driver_os_file_defines_every_variable_the_tasks_read(os_file):
     family = load(os.path.join(DRIVER, "vars", os_file))["__nvidia_driver_pkg_family"]
     if family != "dnf":
         needed.discard("__nvidia_driver_module_stream")  # read by tasks/dnf/ only
+        needed.discard("__nvidia_driver_repo_dnf_signed")
+        needed.discard("__nvidia_driver_module_stream_open")
     else:
         needed.discard("__nvidia_driver_auto_upgrade_file")  # read by tasks/apt/ only (in vars/main.yml anyway)
+    if not os_file.startswith("Ubuntu"):
+        needed.discard("__nvidia_driver_version_package_prebuilt")  # nvidia_driver_ubuntu_prebuilt_modules only
     assert needed - defined == set(), "%s lacks %s" % (os_file, sorted(needed - defined))
 
 
@@ -84,7 +88,8 @@ def test_driver_os_file_shapes(os_file):
     assert ("mirror" in sources) == ("cuda_repo" in sources)
     layouts = [s for s in sources if s != "mirror"]
     for table in ("__nvidia_driver_branches", "__nvidia_driver_packages", "__nvidia_driver_version_package",
-                  "__nvidia_driver_fabricmanager_package"):
+                  "__nvidia_driver_fabricmanager_package", "__nvidia_driver_packages_open",
+                  "__nvidia_driver_version_package_open"):
         assert set(data[table]) == set(layouts), (table, data[table])
     for layout in layouts:
         branches = data["__nvidia_driver_branches"][layout]
@@ -92,7 +97,8 @@ def test_driver_os_file_shapes(os_file):
         assert branches == sorted(branches)
         packages = data["__nvidia_driver_packages"][layout]
         assert data["__nvidia_driver_version_package"][layout] in packages
-        for package in packages:
+        assert data["__nvidia_driver_version_package_open"][layout] in data["__nvidia_driver_packages_open"][layout]
+        for package in packages + data["__nvidia_driver_packages_open"][layout]:
             # Debian/RPM package names: lower case, digits, + - . and the {branch} placeholder only.
             assert re.match(r"^[a-z0-9][a-z0-9+.{}-]*$", package.replace("{branch}", "535")), package
     assert data["__nvidia_driver_initramfs_command"][0] in ("update-initramfs", "dracut")
@@ -117,10 +123,67 @@ def test_driver_package_names_follow_the_os_pattern(os_file, pattern):
             assert all("-550-server" in p for p in rendered), rendered
 
 
+# Open kernel module packages per OS and source (Debian: checked with apt-cache against bookworm/trixie contrib;
+# Ubuntu: the -server-open packages; RHEL 9: the nvidia-driver:<branch>-open module stream).
+@pytest.mark.parametrize("os_file, layout, kernel_package, open_kernel_package", [
+    ("Debian-12.yml", "distro", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms"),
+    ("Debian-12.yml", "cuda_repo", "nvidia-kernel-dkms", "nvidia-kernel-open-dkms"),
+    ("Debian-13.yml", "distro", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms"),
+    ("Debian-13.yml", "cuda_repo", "nvidia-kernel-dkms", "nvidia-kernel-open-dkms"),
+    ("Ubuntu-22.04.yml", "distro", "nvidia-dkms-{branch}-server", "nvidia-dkms-{branch}-server-open"),
+    ("Ubuntu-24.04.yml", "cuda_repo", "nvidia-dkms-{branch}-server", "nvidia-dkms-{branch}-server-open"),
+    ("RedHat-9.yml", "cuda_repo", "kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"),
+])
+def test_open_flavour_swaps_only_the_kernel_module_packages(os_file, layout, kernel_package, open_kernel_package):
+    data = load(os.path.join(DRIVER, "vars", os_file))
+    proprietary = data["__nvidia_driver_packages"][layout]
+    opened = data["__nvidia_driver_packages_open"][layout]
+    assert kernel_package in proprietary and kernel_package not in opened
+    assert open_kernel_package in opened and open_kernel_package not in proprietary
+    changed = set(proprietary) ^ set(opened)
+    if os_file.startswith("Ubuntu"):
+        assert changed == {kernel_package, open_kernel_package, "nvidia-driver-{branch}-server",
+                           "nvidia-driver-{branch}-server-open"}
+    else:
+        assert changed == {kernel_package, open_kernel_package}
+
+
+def test_open_flavour_module_names_and_stream():
+    assert load(os.path.join(DRIVER, "vars", "Debian-12.yml"))["__nvidia_driver_dkms_module_open"] == "nvidia-current-open"
+    assert load(os.path.join(DRIVER, "vars", "RedHat-9.yml"))["__nvidia_driver_module_stream_open"] == "nvidia-driver:{branch}-open"
+    for os_file in ("Ubuntu-22.04.yml", "Ubuntu-24.04.yml"):
+        assert load(os.path.join(DRIVER, "vars", os_file))["__nvidia_driver_version_package_prebuilt"] == \
+            "nvidia-utils-{branch}-server"
+
+
+@pytest.mark.parametrize("os_file", ["Debian-12.yml", "Debian-13.yml"])
+def test_debian_hint_names_contrib(os_file):
+    # nvidia-persistenced, nvidia-installer-cleanup and nvidia-open-kernel-dkms live in contrib.
+    hint = load(os.path.join(DRIVER, "vars", os_file))["__nvidia_driver_distro_hint"]
+    assert "contrib, non-free and non-free-firmware" in hint
+
+
 def test_debian_distro_branches_match_the_archive():
     # bookworm carries 535.x, trixie 550.x (brief section 2).
     assert load(os.path.join(DRIVER, "vars", "Debian-12.yml"))["__nvidia_driver_branches"]["distro"] == ["535"]
     assert load(os.path.join(DRIVER, "vars", "Debian-13.yml"))["__nvidia_driver_branches"]["distro"] == ["550"]
+
+
+def test_dnf_signature_policy_matches_each_publisher():
+    """NVIDIA signs the CUDA repository's RPMs and the toolkit repository's repomd.xml (their .repo files)."""
+    assert load(os.path.join(DRIVER, "vars", "RedHat-9.yml"))["__nvidia_driver_repo_dnf_signed"] == ["packages"]
+    assert load(os.path.join(TOOLKIT, "vars", "RedHat.yml"))["__container_toolkit_repo_dnf_signed"] == ["metadata"]
+
+
+def test_one_repository_task_file_for_both_roles():
+    """Both roles add their repository through gpu_native.fleet.signed_repository, never on their own."""
+    for role in (DRIVER, TOOLKIT):
+        text = role_text(role)
+        assert "gpu_native.fleet.signed_repository" in text
+        for own_copy in ("yum_repository", "--error-on=any", "signed-by=", "get_url"):
+            assert own_copy not in text, (role, own_copy)
+    shared = role_text(os.path.join(ROOT, "roles", "signed_repository"))
+    assert "--error-on=any" in shared and "signed-by=" in shared and "repo_gpgcheck" in shared
 
 
 def test_rhel_uses_the_dkms_module_stream_and_no_distro_source():
@@ -172,6 +235,8 @@ def test_toolkit_os_family_files(os_file):
     needed = names_read(TOOLKIT, "__container_toolkit_") - names_set_inside(TOOLKIT, "__container_toolkit_")
     if data["__container_toolkit_pkg_family"] == "dnf":
         needed.discard("__container_toolkit_auto_upgrade_file")  # apt.yml only
+    else:
+        needed.discard("__container_toolkit_repo_dnf_signed")  # dnf.yml only
     assert needed - defined == set(), sorted(needed - defined)
     url = data["__container_toolkit_repo_url_nvidia"]
     assert url.startswith("https://nvidia.github.io/libnvidia-container/stable/")

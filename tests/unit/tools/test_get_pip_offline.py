@@ -3,7 +3,7 @@ import os
 import subprocess
 import venv
 
-from conftest import REPO_ROOT
+from testlib import REPO_ROOT
 
 STANDIN = os.path.join(REPO_ROOT, "tests", "tools", "get-pip-offline.py")
 

@@ -1,19 +1,20 @@
-"""Load the MIG fixtures under tests/fixtures/mig/ (real captures, source headers kept)."""
+"""Load the MIG captures (tests/fixtures/mig/ and the nvidia-smi MIG tables in tests/fixtures/nvidia/)."""
 import os
 import re
 
 import yaml
 
+from testlib import fixture_text
+
 FIXTURE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "mig")
-BEGIN = "# ---- BEGIN VERBATIM ----"
+# Where each capture lives (one copy of each file under tests/fixtures/).
+_FOLDER = {"09_nvsmi_mig_tables_part.txt": "nvidia"}
 _BLOCK_RE = re.compile(r"^# ---- \[(?P<tag>[^\]]+)\](?P<rest>.*?)(?: ----)?$")
 
 
 def blocks(filename):
     """Return [(tag, title, text)] for every '# ---- [tag] ...' block after the BEGIN marker."""
-    with open(os.path.join(FIXTURE_DIR, filename)) as handle:
-        text = handle.read()
-    body = text.split(BEGIN + "\n", 1)[1]
+    body = fixture_text(_FOLDER.get(filename, "mig"), filename)
     result = []
     current = None
     for line in body.splitlines():

@@ -3,13 +3,13 @@ import os
 import shutil
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
+from testlib import fixture_text
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 SPEC_FIXTURES = os.path.join(FIXTURES, "spec_matrix")
 H100_XML = os.path.join(FIXTURES, "nvidia", "constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt")
 A100_XML = os.path.join(FIXTURES, "nvidia", "01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt")
-SHARED_A100_XML = "/work/shared/fixtures/01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt"
 
 # (bus id, class, vendor, device): sysfs PCI entries created at test time
 # (':' may not appear in the collection's file names).
@@ -32,11 +32,8 @@ SYSTEMCTL_OUT = (
 
 
 def strip_header(path):
-    """Fixture text after the '# ---- BEGIN VERBATIM ----' line."""
-    with open(path) as handle:
-        text = handle.read()
-    marker = "# ---- BEGIN VERBATIM ----\n"
-    return text.split(marker, 1)[1] if marker in text else text
+    """Fixture text after the '# ---- BEGIN VERBATIM ----' line (the shared loader, tests/testlib.py)."""
+    return fixture_text(os.path.relpath(path, FIXTURES))
 
 
 def make_root(tmp_path, name="root_h100", pci=None):

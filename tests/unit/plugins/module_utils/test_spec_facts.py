@@ -9,7 +9,6 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import
 
 from spec_matrix_support import (
     A100_XML,
-    SHARED_A100_XML,
     FakeTools,
     h100_tools,
     make_root,
@@ -174,8 +173,7 @@ def test_injected_parser_and_its_error(h100_root):
 
 def test_real_a100_capture(h100_root):
     """The captured A100 XML (driver 535.54.03, MIG enabled, attached_gpus 4 but one <gpu>)."""
-    path = SHARED_A100_XML if os.path.exists(SHARED_A100_XML) else A100_XML
-    facts = node_facts(h100_root, h100_tools(nvidia_smi=(0, strip_header(path), "")))
+    facts = node_facts(h100_root, h100_tools(nvidia_smi=(0, strip_header(A100_XML), "")))
     gpu = facts.gpu()
     assert gpu["count"] == 1
     assert gpu["gpus"][0]["product"] == "NVIDIA A100-SXM4-80GB"

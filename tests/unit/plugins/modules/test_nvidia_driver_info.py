@@ -101,7 +101,7 @@ def test_gpu_node_with_secure_boot_and_users(monkeypatch, capsys, tmp_path):
     assert result["dkms"]["state"] == "installed" and result["dkms"]["headers_present"] is True
     assert result["module"] == {"loaded": True, "version": "535.261.03", "signer": "DKMS module signing key",
                                 "file": "/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia-current.ko"}
-    assert [d["pci_bus_id"] for d in result["pci_gpus"]] == ["0000:3b:00.0"]
+    assert [(d["pci_bus_id"], d["architecture"]) for d in result["pci_gpus"]] == [("0000:3b:00.0", "hopper")]
     assert [d["pci_bus_id"] for d in result["pci_nvswitches"]] == ["0000:05:00.0"]
     assert result["device_users"][0]["pid"] == 4242
     assert result["secure_boot"] == {"enabled": True, "source": "mokutil", "mok_certificate_enrolled": True}

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+from testlib import REPO_ROOT
 
 NVIDIA_SMI = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
 H100_CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
@@ -169,14 +169,23 @@ BAD_INPUT = [
                  ["runtime_class_gpu_model.gpu.nvidia.com/model: value 'NVIDIA H100 80GB HBM3' must be empty or"],
                  id="model-not-a-label-value"),
     pytest.param({"runtime_class_gpu_memory": "80GB"},
-                 ["runtime_class_gpu_memory (80GB: <n>Gi, e.g. 80Gi)"],
+                 ["runtime_class_gpu_memory: '80GB' must be a whole number of GiB written as <n>Gi"],
                  id="memory-format"),
     pytest.param({"runtime_class_taint": {"key": "nvidia.com/gpu", "value": "present", "effect": "Never"}},
-                 ["runtime_class_taint (key, value and an effect of"],
+                 ["runtime_class_taint: effect 'Never' must be one of NoSchedule, PreferNoSchedule, NoExecute"],
                  id="taint-effect"),
     pytest.param({"runtime_class_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]},
-                 ["each of runtime_class_tolerations needs an operator"],
+                 ["runtime_class_tolerations[0]: operator Exists takes no value (got 'x')"],
                  id="toleration"),
+    pytest.param({"runtime_class_handler": "Nvidia_CDI", "containerd_nvidia_runtime_name": "Nvidia_CDI"},
+                 ["runtime_class_handler: 'Nvidia_CDI' must be a lowercase DNS label"],
+                 id="handler-not-a-dns-label"),
+    pytest.param({"runtime_class_overhead": {"cpu": "250m", "memory": "120 MB"}},
+                 ["runtime_class_overhead.memory: '120 MB' is not a Kubernetes quantity"],
+                 id="overhead-quantity"),
+    pytest.param({"runtime_class_node_selector": {"gpu": ["a"]}},
+                 ["runtime_class_node_selector.gpu: value a label value must be a string, got list"],
+                 id="selector-value-type-named-plainly"),
     pytest.param({"runtime_class_nvidia_smi": "/nonexistent/nvidia-smi"},
                  ["The GPU labels of localhost cannot be derived: nvidia-smi not found (/nonexistent/nvidia-smi)",
                   "or set runtime_class_gpu_model and runtime_class_gpu_memory for this host"],

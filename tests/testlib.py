@@ -1,0 +1,102 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Helpers shared by every test suite (unit, integration, Molecule verifiers run by pytest).
+
+The root ``tests/conftest.py`` puts ``tests/`` on ``sys.path``, so any test
+imports this module as ``testlib``.  It holds:
+
+- the repository paths (``REPO_ROOT``, ``FIXTURES``) and the collection link;
+- ``fixture_text``: THE loader of capture files under tests/fixtures/ (drops
+  the ``#`` source header through ``# ---- BEGIN VERBATIM ----``);
+- the Kubernetes API stand-in's server module and ``run_ansible_playbook``
+  (integration tests only: unit tests run no ansible-playbook).
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures")
+COLLECTIONS = os.path.join(REPO_ROOT, ".cache", "collections")
+VENV_BIN = os.path.dirname(sys.executable)
+VERBATIM_MARKER = "# ---- BEGIN VERBATIM ----\n"
+
+
+def link_collection():
+    """Make the checkout importable as ansible_collections.gpu_native.fleet; return the base on sys.path.
+
+    A plain checkout is linked into .cache/collections; under ansible-test
+    the checkout already sits in an ansible_collections/<ns>/<name> tree.
+    """
+    parts = REPO_ROOT.split(os.sep)
+    if len(parts) >= 3 and parts[-3] == "ansible_collections":
+        base = os.sep.join(parts[:-3])
+    else:
+        base = COLLECTIONS
+        namespace_dir = os.path.join(base, "ansible_collections", "gpu_native")
+        os.makedirs(namespace_dir, exist_ok=True)
+        link = os.path.join(namespace_dir, "fleet")
+        if not os.path.islink(link):
+            if os.path.exists(link):
+                raise RuntimeError("%s exists and is not a link" % link)
+            try:
+                os.symlink(REPO_ROOT, link)
+            except FileExistsError:
+                pass  # another test process made it first
+    if base not in sys.path:
+        sys.path.insert(0, base)
+    return base
+
+
+def fixture_path(*parts):
+    """Path of a file under tests/fixtures/."""
+    return os.path.join(FIXTURES, *parts)
+
+
+def fixture_text(*parts):
+    """The captured text of tests/fixtures/<parts>: everything after the source header, if it has one."""
+    with open(fixture_path(*parts)) as handle:
+        text = handle.read()
+    return text.split(VERBATIM_MARKER, 1)[1] if VERBATIM_MARKER in text else text
+
+
+def _load_k8s_standin_server():
+    # server.py is a script (tests/k8s_standin/server.py), not a package module: load it once, here.
+    path = os.path.join(REPO_ROOT, "tests", "k8s_standin", "server.py")
+    spec = importlib.util.spec_from_file_location("k8s_standin_server", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+k8s_standin_server = _load_k8s_standin_server()
+K8S_STANDIN_SERVER_PY = os.path.join(REPO_ROOT, "tests", "k8s_standin", "server.py")
+
+
+def ansible_env(kubeconfig_path=None, extra=None):
+    """Environment for ansible-playbook: this checkout's collection, the venv's Python, plain output."""
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
+        "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "true",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+        "ANSIBLE_RETRY_FILES_ENABLED": "false",
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "PATH": VENV_BIN + os.pathsep + env.get("PATH", ""),
+    })
+    if kubeconfig_path:
+        env["K8S_AUTH_KUBECONFIG"] = kubeconfig_path
+    env.update(extra or {})
+    return env
+
+
+def run_ansible_playbook(playbook, kubeconfig_path=None, args=(), extra_env=None, timeout=600):
+    """Run ansible-playbook from the venv on localhost; return CompletedProcess (stdout+stderr in .stdout)."""
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local", playbook] + list(args)
+    return subprocess.run(cmd, env=ansible_env(kubeconfig_path, extra_env), cwd=REPO_ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
