@@ -18,7 +18,7 @@ size in memory slots, memory in GiB as ``-lgip`` prints it, and the
 ``+me`` flag.
 
 Sources: the domain brief (profiles, starts, device ids) and real
-``nvidia-smi mig -lgip``/``-lgipp`` captures (tests/fixtures/mig/).  Memory
+``nvidia-smi mig -lgip``/``-lgipp`` captures (tests/fixtures/nvidia/09_nvsmi_mig_tables_part.txt).  Memory
 figures that no capture shows (H100 NVL, B200, A30) are the published
 MIG user guide values and only feed reports, never feasibility.
 
