@@ -64,6 +64,14 @@ for node in json.load(urllib.request.urlopen(request))["items"]:
     print("%-12s %-11s preflight=%-6s %s" % (meta["name"], state, meta.get("labels", {}).get("gpu-native.io/preflight", "-"),
                                            meta.get("annotations", {}).get("gpu-native.io/preflight-reasons", "")[:110]))
 PY
+echo "== the nightly compliance job on the same fleet (tools/fleet_report.py runs compliance.yml through ansible-runner)"
+reports="$repo/.cache/demo/reports"
+rm -rf "$reports" && mkdir -p "$reports"
+sed "s#REPO#$repo#g" molecule/onboard/files/compliance-inventory.yml > "$repo/.cache/demo/inventory.yml"
+# Drift is the point of the demo: the report's exit status (1 when a host drifts) does not stop it.
+python3 tools/fleet_report.py -i "$repo/.cache/demo/inventory.yml" --html "$reports/fleet.html" \
+  --json "$reports/fleet.json" --junit "$reports/fleet-junit.xml" || true
+echo "   reports: $reports/fleet.html (open it in a browser), fleet.json, fleet-junit.xml"
 echo "== done in $(( $(date +%s) - start ))s; the GPUs above were simulated from real captures."
 echo "   Look around: KUBECONFIG=$kubeconfig, podman exec -it gn-onboard-a40-err nvidia-smi"
 echo "   Remove it all: make demo-clean"
