@@ -100,3 +100,19 @@ def run_ansible_playbook(playbook, kubeconfig_path=None, args=(), extra_env=None
     cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local", playbook] + list(args)
     return subprocess.run(cmd, env=ansible_env(kubeconfig_path, extra_env), cwd=REPO_ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
+
+
+def build_fake_libcuda(directory):
+    """Compile the libcuda stand-in (tests/standins/fake_libcuda.c) into ``directory``; return its path.
+
+    Fails the test with the fix when no C compiler is installed (tests/tools/setup-host.sh installs gcc).
+    """
+    import shutil  # pylint: disable=import-outside-toplevel
+    import pytest  # pylint: disable=import-outside-toplevel
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.fail("a C compiler is needed to build the libcuda stand-in (tests/tools/setup-host.sh installs gcc)")
+    out = os.path.join(str(directory), "libcuda.so.1")
+    subprocess.check_call([compiler, "-shared", "-fPIC", "-O1", "-o", out,
+                           os.path.join(REPO_ROOT, "tests", "standins", "fake_libcuda.c")])
+    return out

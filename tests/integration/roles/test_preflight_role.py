@@ -5,11 +5,10 @@ Each fault ends with the node cordoned and not labelled passed; a healthy node j
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import pytest
+import testlib
 
 sys.path.insert(0, os.path.dirname(__file__))
 from standin_helpers import REPO_ROOT, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
@@ -50,12 +49,7 @@ GPU_OPERATOR_NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name":
 
 @pytest.fixture(scope="module")
 def libcuda(tmp_path_factory):
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.fail("a C compiler is needed to build the libcuda stand-in (tests/tools/setup-host.sh installs gcc)")
-    out = str(tmp_path_factory.mktemp("libcuda") / "libcuda.so.1")
-    subprocess.check_call([compiler, "-shared", "-fPIC", "-o", out, os.path.join(STANDINS, "fake_libcuda.c")])
-    return out
+    return testlib.build_fake_libcuda(tmp_path_factory.mktemp("libcuda"))
 
 
 def sysfs(tmp_path, capture):

@@ -6,6 +6,7 @@ import stat
 import subprocess
 
 import pytest
+import testlib
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import cuda_smoke
@@ -20,13 +21,7 @@ SMI_L = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaaaaaa-0000-4000-8000-000000
 
 @pytest.fixture(scope="session")
 def fake_libcuda(tmp_path_factory):
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.fail("a C compiler is needed to build the libcuda stand-in (tests/tools/setup-host.sh installs gcc)")
-    out = str(tmp_path_factory.mktemp("libcuda") / "libcuda.so.1")
-    subprocess.check_call([compiler, "-shared", "-fPIC", "-O1", "-o", out,
-                           os.path.join(REPO, "tests", "standins", "fake_libcuda.c")])
-    return out
+    return testlib.build_fake_libcuda(tmp_path_factory.mktemp("libcuda"))
 
 
 @pytest.fixture()
