@@ -187,7 +187,7 @@ BAD_INPUT = [
                  ["runtime_class_node_selector.gpu: value a label value must be a string, got list"],
                  id="selector-value-type-named-plainly"),
     pytest.param({"runtime_class_nvidia_smi": "/nonexistent/nvidia-smi"},
-                 ["The GPU labels of localhost cannot be derived: nvidia-smi not found (/nonexistent/nvidia-smi)",
+                 ["The GPU labels of localhost cannot be derived: nvidia-smi was not found (/nonexistent/nvidia-smi)",
                   "or set runtime_class_gpu_model and runtime_class_gpu_memory for this host"],
                  id="no-nvidia-smi"),
 ]
