@@ -170,14 +170,14 @@ def run_kernel(library=LIBRARY, elements=ELEMENTS):
     call("cuDeviceGetName", name_buffer, 256, device)
     context = ctypes.c_void_p()
     call("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
-    module = ctypes.c_void_p()
+    cu_module = ctypes.c_void_p()
     x_device = ctypes.c_uint64(0)
     y_device = ctypes.c_uint64(0)
     try:
         call("cuCtxSetCurrent", context)
-        call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(PTX.encode("ascii")))
+        call("cuModuleLoadData", ctypes.byref(cu_module), ctypes.c_char_p(PTX.encode("ascii")))
         function = ctypes.c_void_p()
-        call("cuModuleGetFunction", ctypes.byref(function), module, KERNEL_NAME)
+        call("cuModuleGetFunction", ctypes.byref(function), cu_module, KERNEL_NAME)
         size = elements * 4
         x_host = array("f", (float(i % 1024) for i in range(elements)))
         y_host = array("f", [1.0]) * elements
@@ -215,8 +215,8 @@ def run_kernel(library=LIBRARY, elements=ELEMENTS):
         for pointer in (x_device, y_device):
             if pointer.value:
                 driver.lib.cuMemFree_v2(pointer)
-        if module.value:
-            driver.lib.cuModuleUnload(module)
+        if cu_module.value:
+            driver.lib.cuModuleUnload(cu_module)
         # CUDA 11+ exports the _v2 entry point; older drivers only the plain one.
         if hasattr(driver.lib, "cuDevicePrimaryCtxRelease_v2"):
             driver.lib.cuDevicePrimaryCtxRelease_v2(device)
