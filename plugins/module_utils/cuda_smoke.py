@@ -215,7 +215,7 @@ def run_kernel(library=LIBRARY, elements=ELEMENTS):
         for pointer in (x_device, y_device):
             if pointer.value:
                 driver.lib.cuMemFree_v2(pointer)
-        if cu_module.value:
+        if cu_module.value is not None:  # NULL until cuModuleLoadData succeeds
             driver.lib.cuModuleUnload(cu_module)
         # CUDA 11+ exports the _v2 entry point; older drivers only the plain one.
         if hasattr(driver.lib, "cuDevicePrimaryCtxRelease_v2"):

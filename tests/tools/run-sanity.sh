@@ -38,8 +38,17 @@ cd "$dest"
 if (($# == 0)); then
   missing=()
   for version in 3.8 3.9 3.10 3.12 3.13; do
-    if command -v "python$version" >/dev/null; then
-      "$venv/bin/ansible-test" sanity --venv --python "$version" --color no --test compile
+    # An interpreter that runs (a pyenv shim of an inactive version does not), else a pyenv-installed one.
+    bindir=""
+    if "python$version" -c '' >/dev/null 2>&1; then
+      bindir="$(dirname "$(command -v "python$version")")"
+    else
+      for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$version".*/bin; do
+        [[ -x $candidate/python$version ]] && bindir="$candidate"
+      done
+    fi
+    if [[ -n $bindir ]]; then
+      PATH="$bindir:$PATH" "$venv/bin/ansible-test" sanity --venv --python "$version" --color no --test compile
     else
       missing+=("$version")
     fi
