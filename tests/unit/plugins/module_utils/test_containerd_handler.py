@@ -1,35 +1,15 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """containerd_config on the configs real node images ship (issue #13) and hostile input (issue #10)."""
-import os
 import tomllib
 
 import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config as cc
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "containerd")
-CONFIG = "/etc/containerd/config.toml"
-DROP_IN_DIR = "/etc/containerd/conf.d"
-DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
-BINARY = "/usr/bin/nvidia-container-runtime"
+from containerd_support import BINARY, CONFIG, DROP_IN, DROP_IN_DIR, after, fixture, run_plan
+
 V2 = "io.containerd.grpc.v1.cri"
 V3 = "io.containerd.cri.v1.runtime"
-
-
-def fixture(name):
-    with open(os.path.join(FIXTURES, name)) as handle:
-        return handle.read()
-
-
-def run_plan(text, state="present", drop_in=None, **kwargs):
-    params = dict(config_path=CONFIG, config_text=text, drop_in_dir=DROP_IN_DIR, drop_in_text=drop_in,
-                  runtime_name="nvidia", binary_path=BINARY, state=state)
-    params.update(kwargs)
-    return cc.plan(**params)
-
-
-def after(result, path):
-    return [change for change in result.files if change.path == path][0].after
 
 
 def merged(result, text):
