@@ -8,8 +8,8 @@ resources, the four PATCH types, dry runs, label and field selectors,
 ``resourceVersion`` preconditions, finalizers, pod eviction honouring
 PodDisruptionBudgets, and the real server's ``Status`` error bodies.
 
-It is a stand-in, not an emulator of everything: there is no kubelet (pods
-are removed at once when deleted), no controllers, no admission webhooks, and
+It is a stand-in, not an emulator of everything: there is no kubelet unless
+``--simulate-kubelet`` is given (pods are removed at once when deleted), no controllers, no admission webhooks, and
 server-side apply merges like a strategic merge patch without field
 ownership.  See README.md next to this file.
 
@@ -921,6 +921,243 @@ def reconcile_daemonsets(store):
                         "observedGeneration": ds["metadata"].get("generation", 1)}
 
 
+# -- Simulated kubelet (stand-in, opt-in: --simulate-kubelet) ------------------
+# There is no kubelet behind the stand-in, so by default a pod stays as it was
+# created (Pending).  With the simulated kubelet, a pod bound to an existing
+# node (spec.nodeName set at create time or later) is started as a kubelet
+# would report it: after `delay` seconds it is Running, its Ready and
+# ContainersReady conditions are True, it has a podIP and a hostIP, every
+# container status is ready, and the kubelet's Events (Pulling, Pulled,
+# Created, Started) are recorded.  No container runs and probes are not
+# executed.  Per node (annotations, e.g. in the seed):
+#   standin.gpu-native.io/pod-ip            the podIP of its pods (default 127.0.0.1,
+#                                           so a test server on loopback answers)
+#   standin.gpu-native.io/pods-never-ready  ContainerCreating (also "true") or
+#                                           ImagePullBackOff: its pods stay Pending
+#                                           with that waiting reason, as on a node
+#                                           whose runtime or registry is broken
+# A node whose Ready condition is not True runs nothing (its pods stay as they
+# are), and pods on unknown nodes stay Pending.  Pods with a status already set
+# (seeded Running pods, DaemonSet pods) are left alone.
+
+KUBELET_POD_IP_ANNOTATION = "standin.gpu-native.io/pod-ip"
+KUBELET_NEVER_READY_ANNOTATION = "standin.gpu-native.io/pods-never-ready"
+KUBELET_NEVER_READY_REASONS = ("ContainerCreating", "ImagePullBackOff")
+KUBELET_DEFAULT_POD_IP = "127.0.0.1"
+
+
+def _kubelet_waiting_only(pod):
+    """True while no container has started (the kubelet still has work to do)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return all(set((item.get("state") or {}).keys()) <= {"waiting"} for item in statuses)
+
+
+def kubelet_should_start(pod):
+    status = pod.get("status") or {}
+    return bool((pod.get("spec") or {}).get("nodeName")) and not pod["metadata"].get("deletionTimestamp") \
+        and status.get("phase", "Pending") == "Pending" and _kubelet_waiting_only(pod)
+
+
+def _kubelet_node_ready(node):
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return True  # a seeded node without conditions counts as Ready
+
+
+def _kubelet_host_ip(node, default):
+    for address in (node.get("status") or {}).get("addresses") or []:
+        if address.get("type") == "InternalIP" and address.get("address"):
+            return address["address"]
+    return default
+
+
+def _kubelet_qos(containers):
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("limits") or r.get("requests") for r in resources):
+        return "BestEffort"
+    for res in resources:
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if not all(limits.get(name) for name in ("cpu", "memory")):
+            return "Burstable"
+        if any(requests.get(name, limits[name]) != limits[name] for name in ("cpu", "memory")):
+            return "Burstable"
+    return "Guaranteed"
+
+
+def _kubelet_condition(kind, ok, when, reason=None, message=None):
+    cond = {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None, "lastTransitionTime": when}
+    if reason:
+        cond["reason"] = reason
+    if message:
+        cond["message"] = message
+    return cond
+
+
+def kubelet_pod_status(pod, node, when=None):
+    """The status the kubelet of `node` reports for `pod`, and the Events it records: (status, events)."""
+    when = when or now_rfc3339()
+    annotations = node["metadata"].get("annotations") or {}
+    pod_ip = annotations.get(KUBELET_POD_IP_ANNOTATION) or KUBELET_DEFAULT_POD_IP
+    host_ip = _kubelet_host_ip(node, pod_ip)
+    never = annotations.get(KUBELET_NEVER_READY_ANNOTATION)
+    if never is not None and never not in KUBELET_NEVER_READY_REASONS:
+        never = "ContainerCreating"
+    containers = (pod.get("spec") or {}).get("containers") or []
+    names = [c.get("name", "") for c in containers]
+    status = {"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "startTime": when,
+              "qosClass": _kubelet_qos(containers)}
+    events = []
+    if never:
+        sandbox = never != "ContainerCreating"
+        unready = "containers with unready status: [%s]" % " ".join(names)
+        status.update(phase="Pending", conditions=[
+            _kubelet_condition("PodReadyToStartContainers", sandbox, when),
+            _kubelet_condition("Initialized", True, when),
+            _kubelet_condition("Ready", False, when, "ContainersNotReady", unready),
+            _kubelet_condition("ContainersReady", False, when, "ContainersNotReady", unready),
+            _kubelet_condition("PodScheduled", True, when)])
+        if sandbox:
+            status.update(podIP=pod_ip, podIPs=[{"ip": pod_ip}])
+        status["containerStatuses"] = []
+        for container in containers:
+            waiting = {"reason": never}
+            if never == "ImagePullBackOff":
+                waiting["message"] = 'Back-off pulling image "%s"' % container.get("image", "")
+                events += [("Normal", "Pulling", container, 'Pulling image "%s"' % container.get("image", "")),
+                           ("Warning", "Failed", container, 'Failed to pull image "%s": failed to resolve reference '
+                                                            '"%s": not found' % (container.get("image", ""),
+                                                                                 container.get("image", ""))),
+                           ("Warning", "Failed", container, "Error: ErrImagePull"),
+                           ("Normal", "BackOff", container, waiting["message"]),
+                           ("Warning", "Failed", container, "Error: ImagePullBackOff")]
+            status["containerStatuses"].append({
+                "name": container.get("name", ""), "image": container.get("image", ""), "imageID": "",
+                "ready": False, "started": False, "restartCount": 0, "state": {"waiting": waiting}})
+        return status, events
+    status.update(phase="Running", podIP=pod_ip, podIPs=[{"ip": pod_ip}], conditions=[
+        _kubelet_condition("PodReadyToStartContainers", True, when),
+        _kubelet_condition("Initialized", True, when),
+        _kubelet_condition("Ready", True, when),
+        _kubelet_condition("ContainersReady", True, when),
+        _kubelet_condition("PodScheduled", True, when)])
+    status["containerStatuses"] = []
+    for container in containers:
+        image = container.get("image", "")
+        digest = hashlib.sha256(image.encode()).hexdigest()
+        status["containerStatuses"].append({
+            "name": container.get("name", ""), "image": image, "imageID": "%s@sha256:%s" % (image.split(":")[0],
+                                                                                            digest),
+            "containerID": "containerd://" + secrets.token_hex(32), "ready": True, "started": True,
+            "restartCount": 0, "state": {"running": {"startedAt": when}}})
+        events += [("Normal", "Pulling", container, 'Pulling image "%s"' % image),
+                   ("Normal", "Pulled", container, 'Successfully pulled image "%s"' % image),
+                   ("Normal", "Created", container, "Created container: %s" % container.get("name", "")),
+                   ("Normal", "Started", container, "Started container %s" % container.get("name", ""))]
+    return status, events
+
+
+def _kubelet_event(pod, node_name, kind, reason, container, message, when):
+    meta = pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "%s.%s" % (meta["name"], secrets.token_hex(8)), "namespace": meta["namespace"],
+                         "uid": str(uuid.uuid4()), "creationTimestamp": when},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid"),
+                               "fieldPath": "spec.containers{%s}" % container.get("name", "")},
+            "reason": reason, "message": message, "type": kind,
+            "source": {"component": "kubelet", "host": node_name}, "reportingComponent": "kubelet",
+            "reportingInstance": node_name, "firstTimestamp": when, "lastTimestamp": when, "count": 1}
+
+
+class SimulatedKubelet:
+    """Starts pods bound to nodes (see the section comment).  `sync()` does one pass; `start()` runs it in a thread."""
+
+    def __init__(self, store, delay=0.0, interval=0.1):
+        self.store = store
+        self.delay = float(delay)
+        self.interval = interval
+        self.first_seen = {}  # pod uid -> time.monotonic() when the kubelet first saw it
+        self.stopping = threading.Event()
+        self.thread = None
+
+    def sync(self):
+        """One pass over the pods (takes the store lock); returns the names of the pods whose status changed."""
+        changed = []
+        with self.store.lock:
+            nodes = dict((key[3], obj) for key, obj in self.store.objects.items() if key[0] == "" and key[1] == "nodes")
+            pods = [(key, obj) for key, obj in self.store.objects.items() if key[0] == "" and key[1] == "pods"]
+            alive = set()
+            for key, pod in pods:
+                uid = pod["metadata"].get("uid")
+                alive.add(uid)
+                node = nodes.get((pod.get("spec") or {}).get("nodeName"))
+                if node is None or not kubelet_should_start(pod) or not _kubelet_node_ready(node):
+                    continue
+                seen = self.first_seen.setdefault(uid, time.monotonic())
+                if time.monotonic() - seen < self.delay:
+                    continue
+                old = pod.get("status") or {}
+                status, events = kubelet_pod_status(pod, node)
+                if old.get("phase") == status["phase"] and \
+                        [c.get("state") for c in old.get("containerStatuses") or []] == \
+                        [c.get("state") for c in status["containerStatuses"]]:
+                    continue  # still waiting for the same reason: nothing new to report
+                new = copy.deepcopy(pod)
+                new["status"] = status
+                new["metadata"]["resourceVersion"] = self.store.bump()
+                self.store.objects[key] = new
+                for kind, reason, container, message in events:
+                    event = _kubelet_event(new, node["metadata"]["name"], kind, reason, container, message,
+                                           status["startTime"])
+                    event["metadata"]["resourceVersion"] = self.store.bump()
+                    self.store.objects[("", "events", key[2], event["metadata"]["name"])] = event
+                changed.append(key[3])
+            for uid in [uid for uid in self.first_seen if uid not in alive]:
+                del self.first_seen[uid]
+            if changed:
+                self.store.save()
+                self.store.notify()
+        return changed
+
+    def _run(self):
+        while not self.stopping.is_set():
+            self.sync()
+            with self.store.lock:
+                self.store.changed.wait(self.interval)
+
+    def start(self):
+        self.thread = threading.Thread(target=self._run, name="k8s-standin-kubelet", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(5)
+
+
+# -- API outage (test hook, opt-in: --outage-trigger FILE) ----------------------
+# Once FILE exists, the next request is dropped without an answer and the
+# stand-in stops listening: clients get "connection refused", as when the API
+# server goes down in the middle of a run.  The objects stay in the store
+# (KubeStandin.store; state.json is saved), so a test can still look at them.
+
+def outage_due(server):
+    trigger = getattr(server, "outage_trigger", None)
+    return bool(trigger) and os.path.exists(trigger)
+
+
+def take_down(server):
+    """Stop serving and close the listening socket (from a handler thread); sets `server.outage_done`."""
+    def _down():
+        server.stopping = True
+        server.shutdown()
+        server.socket.close()
+        server.outage_done.set()
+    threading.Thread(target=_down, name="k8s-standin-outage", daemon=True).start()
+
+
 class Api:
     """REST semantics over a Store.  Every public method holds the store lock."""
 
@@ -1588,6 +1825,10 @@ class Handler(BaseHTTPRequestHandler):
         return header == "Bearer " + token
 
     def _dispatch(self):
+        if outage_due(self.server):  # --outage-trigger: see "API outage"
+            self.close_connection = True
+            take_down(self.server)
+            return
         try:
             if not self._authorised():
                 self._send(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -1785,6 +2026,8 @@ class StandinHTTPServer(ThreadingHTTPServer):
         self.token = token
         self.verbose = verbose
         self.stopping = False
+        self.outage_trigger = None
+        self.outage_done = threading.Event()
 
 
 # ---------------------------------------------------------------------------
@@ -1823,7 +2066,7 @@ class KubeStandin:
     """The stand-in in a background thread, for pytest fixtures."""
 
     def __init__(self, state_dir=None, seed=None, seed_files=(), token=None, port=0, default_crds=True,
-                 verbose=False):
+                 verbose=False, simulate_kubelet=False, kubelet_delay=0.0, outage_trigger=None):
         self.state_dir = state_dir
         state_path = os.path.join(state_dir, STATE_FILE_NAME) if state_dir else None
         self.store = Store(state_path)
@@ -1837,6 +2080,8 @@ class KubeStandin:
                 apply_seed(self.store, seed)
         self.token = token if token is not None else secrets.token_hex(16)
         self.httpd = StandinHTTPServer(("127.0.0.1", port), self.store, self.token, verbose)
+        self.httpd.outage_trigger = outage_trigger
+        self.kubelet = SimulatedKubelet(self.store, kubelet_delay) if simulate_kubelet else None
         self.thread = None
 
     @property
@@ -1856,9 +2101,13 @@ class KubeStandin:
     def start(self):
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="k8s-standin", daemon=True)
         self.thread.start()
+        if self.kubelet is not None:
+            self.kubelet.start()
         return self
 
     def stop(self):
+        if self.kubelet is not None:
+            self.kubelet.stop()
         self.httpd.stopping = True
         self.httpd.shutdown()
         self.httpd.server_close()
@@ -1957,7 +2206,9 @@ def cmd_serve(args):
 
     seed_files = args.seed or []
     standin = KubeStandin(state_dir=args.state_dir, seed_files=seed_files, token=args.token, port=args.port,
-                          default_crds=not args.no_default_crds, verbose=args.verbose)
+                          default_crds=not args.no_default_crds, verbose=args.verbose,
+                          simulate_kubelet=args.simulate_kubelet, kubelet_delay=args.kubelet_delay,
+                          outage_trigger=args.outage_trigger)
     with open(pidfile + ".tmp", "w", encoding="utf-8") as handle:
         handle.write("%d\n" % os.getpid())
     os.replace(pidfile + ".tmp", pidfile)
@@ -1971,7 +2222,11 @@ def cmd_serve(args):
     os.replace(kubeconfig + ".tmp", kubeconfig)
     sys.stdout.write("k8s stand-in listening on %s (state %s)\n" % (standin.url, args.state_dir))
     sys.stdout.flush()
+    if standin.kubelet is not None:
+        standin.kubelet.start()
     standin.httpd.serve_forever()
+    if standin.kubelet is not None:
+        standin.kubelet.stop()
     with standin.store.lock:
         standin.store.save()
     try:
@@ -2033,6 +2288,12 @@ def main(argv=None):
     parser.add_argument("--no-default-crds", action="store_true", help="start without the monitoring.coreos.com "
                                                                        "CRDs")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    parser.add_argument("--simulate-kubelet", action="store_true",
+                        help="start pods bound to a node (Running, Ready, podIP); see README.md")
+    parser.add_argument("--kubelet-delay", type=float, default=0.0,
+                        help="seconds before the simulated kubelet starts a pod (default 0)")
+    parser.add_argument("--outage-trigger", metavar="FILE",
+                        help="once FILE exists, stop listening (the API becomes unreachable)")
     args = parser.parse_args(argv)
     if args.command == "stop":
         return cmd_stop(args)
