@@ -65,6 +65,11 @@ def preflight_summary(rows):
     return preflight.summary_table(_plain(rows))
 
 
+def preflight_pod_problem(pod, timeout_s=None):
+    """One line saying why the serving pod is not Ready (phase, waiting containers, unready condition)."""
+    return preflight.serving_pod_problem(_plain(pod) if isinstance(pod, dict) else {}, timeout_s)
+
+
 class FilterModule(object):
     """gpu_native.fleet preflight filters."""
 
@@ -73,4 +78,5 @@ class FilterModule(object):
             "preflight_verdict": preflight_verdict,
             "preflight_kubernetes_gate": preflight_kubernetes_gate,
             "preflight_summary": preflight_summary,
+            "preflight_pod_problem": preflight_pod_problem,
         }

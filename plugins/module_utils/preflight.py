@@ -233,3 +233,36 @@ def summary_table(rows):
         if index == 0:
             out.append("  ".join("-" * width for width in widths))
     return "\n".join(out)
+
+
+def serving_pod_problem(pod, timeout_s=None):
+    """One line saying why the serving pod is not Ready: its phase, each waiting or failed container, its
+    unready condition.  ``pod`` is the Pod object the wait returned (or ``{}`` when there was none)."""
+    if not isinstance(pod, dict) or not pod.get("metadata"):
+        return "the serving pod was not created"
+    name = (pod.get("metadata") or {}).get("name", "?")
+    status = pod.get("status") or {}
+    within = " within %s s" % timeout_s if timeout_s is not None else ""
+    parts = ["phase %s" % status.get("phase", "Pending")]
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        for kind in ("waiting", "terminated"):
+            detail = state.get(kind)
+            if detail:
+                text = "container %s %s: %s" % (container.get("name", "?"), kind, detail.get("reason") or "?")
+                if detail.get("message"):
+                    text += " (%s)" % detail["message"]
+                if kind == "terminated" and detail.get("exitCode") is not None:
+                    text += " exit code %s" % detail["exitCode"]
+                parts.append(text)
+    if len(parts) == 1:
+        for condition in status.get("conditions") or []:
+            if condition.get("status") != "True" and (condition.get("reason") or condition.get("message")):
+                parts.append("%s: %s" % (condition.get("type"), condition.get("message") or condition.get("reason")))
+                break
+        else:
+            if not (pod.get("spec") or {}).get("nodeName"):
+                parts.append("not bound to a node")
+            elif not status.get("conditions"):
+                parts.append("no kubelet reported on it (is the node's kubelet running?)")
+    return _short("serving pod %s did not become Ready%s: %s" % (name, within, "; ".join(parts)))

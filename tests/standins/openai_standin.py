@@ -8,7 +8,9 @@ adds a final usage chunk).  Unknown models get vLLM's 404 error object.  The
 tokens are canned: no model runs.
 
 Faults (``--mode``): ``ok``, ``no-usage`` (JSON without ``usage``; the stream
-still carries tokens), ``few-tokens`` (3 tokens), ``empty`` (empty text),
+still carries tokens), ``few-tokens`` (3 tokens), ``empty`` (empty text, no tokens), ``empty-text``
+(empty text while ``usage`` counts the tokens, as a model that emits only
+special tokens),
 ``malformed`` (a body that is not JSON), ``http-500``, ``slow`` (sleeps
 ``--delay`` seconds before answering), ``loading`` (``/health`` 503 for
 ``--delay`` seconds, and the API 503 meanwhile).
@@ -80,6 +82,8 @@ class Handler(BaseHTTPRequestHandler):
         tokens = {"few-tokens": TOKENS[:3], "empty": []}.get(mode, TOKENS)
         tokens = tokens[:int(body.get("max_tokens") or 16)]
         usage = {"prompt_tokens": 7, "completion_tokens": len(tokens), "total_tokens": 7 + len(tokens)}
+        if mode == "empty-text":
+            tokens = [""] * len(tokens)  # special tokens: counted, but nothing printable
         if body.get("stream"):
             return self._stream(tokens, chat, usage, (body.get("stream_options") or {}).get("include_usage"))
         text = "".join(tokens)
@@ -132,7 +136,8 @@ def main(argv=None):
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file")
     parser.add_argument("--mode", default="ok",
-                        choices=["ok", "no-usage", "few-tokens", "empty", "malformed", "http-500", "slow", "loading"])
+                        choices=["ok", "no-usage", "few-tokens", "empty", "empty-text", "malformed", "http-500", "slow",
+                                 "loading"])
     parser.add_argument("--delay", type=float, default=5.0)
     args = parser.parse_args(argv)
     server = serve(args.port, args.mode, args.delay, args.host)

@@ -8,10 +8,12 @@ from testlib import REPO_ROOT, k8s_standin_server, run_ansible_playbook  # noqa:
 __all__ = ["REPO_ROOT", "run_ansible_playbook", "start_k8s_standin", "NotFound", "api_get"]
 
 
-def start_k8s_standin(tmp_path, seed):
-    """Start the Kubernetes API stand-in with `seed` objects; return it and its kubeconfig's path."""
+def start_k8s_standin(tmp_path, seed, **options):
+    """Start the Kubernetes API stand-in with `seed` objects; return it and its kubeconfig's path.
+
+    `options` go to KubeStandin (e.g. simulate_kubelet=True, outage_trigger=PATH)."""
     (tmp_path / "k8s").mkdir()
-    server = k8s_standin_server.KubeStandin(state_dir=str(tmp_path / "k8s"), seed=seed).start()
+    server = k8s_standin_server.KubeStandin(state_dir=str(tmp_path / "k8s"), seed=seed, **options).start()
     return server, server.write_kubeconfig(str(tmp_path / "kubeconfig"))
 
 

@@ -1,7 +1,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""preflight role on localhost: nvidia-smi, dcgmi and libcuda stand-ins, the Kubernetes API stand-in.
+"""preflight role on localhost: nvidia-smi, dcgmi and libcuda stand-ins, the Kubernetes API stand-in (with its
+simulated kubelet) and the OpenAI-compatible stand-in behind the serving pods.
 
-Each fault ends with the node cordoned and not labelled passed; a healthy node joins.
+Each fault ends with the node cordoned and labelled failed with the reason; a healthy node passes all five gates
+and joins.  One ansible-playbook run covers the whole fault table (one stand-in of each kind for the module).
 """
 import json
 import os
@@ -14,6 +16,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from standin_helpers import REPO_ROOT, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
 
 STANDINS = os.path.join(REPO_ROOT, "tests", "standins")
+sys.path.insert(0, STANDINS)
+import openai_standin  # noqa: E402
 CAPTURES = os.path.join(STANDINS, "captures")
 DCGM_PASS = ('{"DCGM Diagnostic": {"version": "4.2.3", "test_categories": [{"category": "Deployment", "tests": '
              '[{"name": "software", "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Pass"}]}]}]}}')
@@ -52,9 +56,9 @@ def libcuda(tmp_path_factory):
     return testlib.build_fake_libcuda(tmp_path_factory.mktemp("libcuda"))
 
 
-def sysfs(tmp_path, capture):
+def sysfs(tmp_path, capture, extra_devices=()):
     with open(os.path.join(CAPTURES, capture, "capture.json")) as handle:
-        devices = json.load(handle)["pci_devices"]
+        devices = json.load(handle)["pci_devices"] + list(extra_devices)
     root = tmp_path / "sysfs"
     for bus_id, klass, vendor, device in devices:
         folder = root / bus_id
@@ -65,10 +69,14 @@ def sysfs(tmp_path, capture):
     return str(root)
 
 
+# The dcgmi timeout fault shortens dcgm_diag's timeout for one host through module_defaults.
 PLAY_HOSTS = """
 - hosts: all:!localhost
   gather_facts: false
   environment: "{{ preflight_test_env }}"
+  module_defaults:
+    gpu_native.fleet.dcgm_diag:
+      timeout: "{{ preflight_test_dcgm_timeout | default(omit) }}"
   roles:
     - role: gpu_native.fleet.preflight
 """
@@ -78,8 +86,12 @@ def node_name(case):
     return "gpu-%s" % case.replace("_", "-")
 
 
-def host_vars(tmp_path, libcuda, case, capture="h100x8-healthy", dcgm=DCGM_PASS, kernel_log="", env=None, **extra):
-    """Inventory variables of one simulated node (its own captures, stand-in settings and node name)."""
+def host_vars(tmp_path, libcuda, case, capture="h100x8-healthy", dcgm=DCGM_PASS, kernel_log="", env=None,
+              extra_pci=(), llm_port=None, **extra):
+    """Inventory variables of one simulated node (its own captures, stand-in settings and node name).
+
+    `llm_port`: run the serving gate against the OpenAI stand-in on that port (the simulated kubelet gives the
+    pod the IP 127.0.0.1); without it the serving gate is skipped."""
     folder = tmp_path / case
     folder.mkdir()
     (folder / "dcgm.json").write_text(dcgm)
@@ -95,7 +107,7 @@ def host_vars(tmp_path, libcuda, case, capture="h100x8-healthy", dcgm=DCGM_PASS,
         "preflight_spec_matrix": {"version": 1, "profiles": {"p": {"sysctl": {"kernel.pid_max": ">=1"}}}},
         "preflight_nvidia_smi": os.path.join(STANDINS, "nvidia-smi"),
         "preflight_lspci": str(folder / "no-lspci"),
-        "preflight_pci_sysfs_root": sysfs(folder, capture),
+        "preflight_pci_sysfs_root": sysfs(folder, capture, extra_pci),
         "preflight_kernel_log": str(folder / "kern.log"),
         "preflight_dcgmi": os.path.join(STANDINS, "dcgmi"),
         "preflight_cuda_library": libcuda,
@@ -103,6 +115,10 @@ def host_vars(tmp_path, libcuda, case, capture="h100x8-healthy", dcgm=DCGM_PASS,
         "preflight_skip_reasons": {"serving": "no LLM server in this test"},
         "preflight_metrics_dir": str(folder / "textfile"),
     }
+    if llm_port is not None:
+        values.update(preflight_skip_gates=[], preflight_skip_reasons={}, preflight_serving_port=llm_port,
+                      preflight_serving_model=openai_standin.MODEL, preflight_serving_ready_poll=1,
+                      preflight_serving_ready_timeout=30, preflight_serving_timeout=10)
     values.update(extra)
     return values
 
@@ -120,18 +136,23 @@ def pod_for(case):
     return pod
 
 
-def run_fleet(tmp_path, libcuda, cases, check=False):
-    """One ansible-playbook run over several simulated nodes; returns (result, server, folder of each case)."""
+def run_fleet(tmp_path, libcuda, cases, check=False, llm_ports=None, **standin_options):
+    """One ansible-playbook run over several simulated nodes; returns (result, server).
+
+    A case's `serving: MODE` runs its serving gate against the OpenAI stand-in of that mode (`llm_ports`)."""
     seed = [GPU_OPERATOR_NS]
     inventory = {"all": {"hosts": {}}}
     for case, spec in cases.items():
         spec = dict(spec)
         node = spec.pop("node", None) or node_object()
         pods = spec.pop("pods", (PLUGIN_POD,))
+        mode = spec.pop("serving", None)
+        if mode is not None:
+            spec["llm_port"] = llm_ports[mode]
         seed.append(node_for(case, node))
         seed.extend(pod_for(case) for _pod in pods)
         inventory["all"]["hosts"][case] = host_vars(tmp_path, libcuda, case, **spec)
-    server, kubeconfig = start_k8s_standin(tmp_path, seed)
+    server, kubeconfig = start_k8s_standin(tmp_path, seed, simulate_kubelet=True, **standin_options)
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(PLAY_HOSTS)
     args = ["-i", str(tmp_path / "inventory.json"), "--forks", "4"] + (["--check"] if check else [])
@@ -148,6 +169,17 @@ class Fleet(object):
 
     def metrics(self, case):
         return (self.folder / case / "textfile" / "gpu_native_preflight.prom").read_text()
+
+    def kubelet_events(self, case):
+        """(reason, message) of the kubelet's Events about the serving pod of `case` (they outlive the pod)."""
+        items = api_get(self.server, "/api/v1/namespaces/default/events")["items"]
+        pod = "gpu-native-preflight-" + node_name(case)
+        return [(e["reason"], e["message"]) for e in items if e["involvedObject"]["name"] == pod]
+
+
+NEVER_READY = "standin.gpu-native.io/pods-never-ready"
+MIRROR_IMAGE = "localhost:5000/mirror/vllm-openai:v0.11.0"
+EXTRA_GPU = ("0000:cc:00.0", "0x030200", "0x10de", "0x2330")
 
 
 FAULTS = [
@@ -168,18 +200,43 @@ FAULTS = [
     ("cuda_failure", dict(env={"FAKE_CUDA_FAIL": "cuModuleLoadData=218"}), "cuda", "CUDA_ERROR_INVALID_PTX"),
     ("libcuda_missing", dict(preflight_cuda_library="/nonexistent/libcuda.so.1"), "cuda",
      "is the NVIDIA driver installed?"),
+    ("pci_count_mismatch", dict(extra_pci=[EXTRA_GPU]), "hardware", "PCI shows 9 NVIDIA GPUs"),
+    ("dcgmi_timeout", dict(env={"DCGMI_STANDIN_SLEEP": "60"}, preflight_test_dcgm_timeout=2), "hardware",
+     "dcgmi did not answer within 2 s"),
+    ("no_tokens", dict(serving="empty"), "serving", "returned 0 completion tokens, fewer than min_tokens 8"),
+    ("empty_completion", dict(serving="empty-text"), "serving", "returned an empty completion"),
+    ("llm_pod_never_ready", dict(serving="ok", node=node_object(annotations={NEVER_READY: "ImagePullBackOff"}),
+                                 preflight_serving_ready_timeout=3), "serving",
+     "did not become Ready within 3 s: phase Pending; container server waiting: ImagePullBackOff (Back-off pulling "
+     "image \"vllm/vllm-openai:v0.11.0\")"),
 ]
+# All five gates, the serving pod with an air-gapped override (mirror image, model from a volume, offline hub).
 HEALTHY = dict(node=node_object(taints=[{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"},
-                                        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]))
+                                        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]),
+               serving="ok", preflight_serving_image=MIRROR_IMAGE, preflight_serving_image_pull_policy="Never",
+               preflight_serving_env=[{"name": "HF_HUB_OFFLINE", "value": "1"}],
+               preflight_serving_volumes=[{"name": "models", "hostPath": {"path": "/srv/models"}}],
+               preflight_serving_volume_mounts=[{"name": "models", "mountPath": "/models", "readOnly": True}])
+LLM_MODES = ("ok", "empty", "empty-text")
+
+
+@pytest.fixture(scope="module")
+def llm_ports():
+    """One OpenAI-compatible stand-in per mode on 127.0.0.1, where the simulated kubelet puts the pods."""
+    servers = dict((mode, openai_standin.serve(0, mode)) for mode in LLM_MODES)
+    yield dict((mode, server.server_address[1]) for mode, server in servers.items())
+    for server in servers.values():
+        server.shutdown()
+        server.server_close()
 ADMIN_CORDONED = dict(node=node_object(unschedulable=True, annotations={"ops.example.com/reason": "RMA"}))
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, libcuda):
+def fleet(tmp_path_factory, libcuda, llm_ports):
     folder = tmp_path_factory.mktemp("fleet")
     cases = {"healthy": HEALTHY, "admin_cordoned": ADMIN_CORDONED}
     cases.update((name, kwargs) for name, kwargs, _gate, _reason in FAULTS)
-    result, server = run_fleet(folder, libcuda, cases)
+    result, server = run_fleet(folder, libcuda, cases, llm_ports=llm_ports)
     yield Fleet(result, server, folder)
     server.stop()
 
@@ -197,9 +254,21 @@ def test_healthy_node_passes_is_labelled_and_uncordoned(fleet):
     metrics = fleet.metrics("healthy")
     assert 'gpu_native_preflight_passed{node="gpu-healthy"} 1' in metrics
     assert 'gpu_native_preflight_gate_passed{node="gpu-healthy",gate="cuda"} 1' in metrics
-    assert 'gpu_native_preflight_gate_skipped{node="gpu-healthy",gate="serving"} 1' in metrics
-    assert "gpu-healthy: PASSED (spec=pass, hardware=pass, kubernetes=pass, cuda=pass, serving=skip)" in \
+    assert 'gpu_native_preflight_gate_passed{node="gpu-healthy",gate="serving"} 1' in metrics
+    assert "gpu-healthy: PASSED (spec=pass, hardware=pass, kubernetes=pass, cuda=pass, serving=pass)" in \
         fleet.result.stdout
+
+
+def test_the_serving_pod_used_the_air_gapped_override_and_is_gone(fleet):
+    assert ("Pulling", 'Pulling image "%s"' % MIRROR_IMAGE) in fleet.kubelet_events("healthy")
+    assert ("Started", "Started container server") in fleet.kubelet_events("healthy")
+    pods = api_get(fleet.server, "/api/v1/pods?labelSelector=app.kubernetes.io%2Fname%3Dgpu-native-preflight")
+    assert pods["items"] == []  # every serving pod deleted, Ready or not
+
+
+def test_an_empty_completion_is_not_mistaken_for_a_token_shortage(fleet):
+    annotation = fleet.node("empty_completion")["metadata"]["annotations"]["gpu-native.io/preflight-reasons"]
+    assert "fewer than min_tokens" not in annotation, annotation
 
 
 @pytest.mark.parametrize("case,kwargs,gate,reason", FAULTS, ids=[fault[0] for fault in FAULTS])
@@ -219,6 +288,30 @@ def test_node_cordoned_by_an_admin_stays_cordoned(fleet):
     assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
     assert "gpu-admin-cordoned passed but stays cordoned: it was cordoned by someone outside gpu_native.fleet" in \
         " ".join(fleet.result.stdout.split())
+
+
+def test_api_unreachable_mid_run_leaves_the_node_cordoned_with_a_clear_reason(tmp_path, libcuda):
+    """The API goes away during the hardware gate (the dcgmi hook creates the stand-in's outage trigger)."""
+    trigger = tmp_path / "api-down"
+    hook = tmp_path / "dcgmi-then-api-down"
+    hook.write_text('#!/bin/sh\n# test hook: the Kubernetes API goes away while dcgmi runs\n: > "%s"\nexec "%s" "$@"\n'
+                    % (trigger, os.path.join(STANDINS, "dcgmi")))
+    hook.chmod(0o755)
+    result, server = run_fleet(tmp_path, libcuda, {"api_down": dict(preflight_dcgmi=str(hook))},
+                               outage_trigger=str(trigger))
+    try:
+        assert server.httpd.outage_done.wait(10)
+        output = " ".join(result.stdout.split())
+        assert result.returncode != 0, result.stdout[-3000:]
+        assert "Traceback" not in result.stdout and "An exception occurred" not in result.stdout, result.stdout[-3000:]
+        assert "Connection refused" in output, result.stdout[-3000:]
+        with server.store.lock:
+            node = server.store.objects[("", "nodes", "", "gpu-api-down")]
+        assert node["spec"]["unschedulable"] is True
+        assert node["metadata"]["annotations"]["gpu-native.io/cordoned-by"] == "preflight"
+        assert node["metadata"]["labels"].get("gpu-native.io/preflight") != "passed"
+    finally:
+        server.stop()
 
 
 def test_check_mode_runs_the_gates_and_changes_nothing(tmp_path, libcuda):

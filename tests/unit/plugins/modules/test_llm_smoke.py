@@ -54,6 +54,7 @@ def test_no_usage_counts_streamed_chunks(capsys, server):
 @pytest.mark.parametrize("mode,reason", [
     ("few-tokens", "returned 3 completion tokens, fewer than min_tokens 8"),
     ("empty", "returned an empty completion"),
+    ("empty-text", "returned an empty completion"),
     ("malformed", "returned malformed JSON"),
     ("http-500", "answered HTTP 500 Internal Server Error: {\"object\": \"error\", \"message\": \"CUDA error"),
     ("loading", "answered HTTP 503 Service Unavailable"),
