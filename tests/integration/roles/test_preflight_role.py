@@ -304,7 +304,9 @@ def test_api_unreachable_mid_run_leaves_the_node_cordoned_with_a_clear_reason(tm
         output = " ".join(result.stdout.split())
         assert result.returncode != 0, result.stdout[-3000:]
         assert "Traceback" not in result.stdout and "An exception occurred" not in result.stdout, result.stdout[-3000:]
-        assert "Connection refused" in output, result.stdout[-3000:]
+        assert "gpu-api-down: the verdict could not be written to the Kubernetes API" in output, result.stdout[-3000:]
+        assert "Connection refused" in output and "Nothing was uncordoned" in output
+        assert "The gates said FAILED: kubernetes: the Kubernetes API could not be read" in output
         with server.store.lock:
             node = server.store.objects[("", "nodes", "", "gpu-api-down")]
         assert node["spec"]["unschedulable"] is True
