@@ -482,6 +482,29 @@ def check_string_maps(obj):
             if not isinstance(item, str):
                 raise bad_request("json: cannot unmarshal %s into Go struct field ObjectMeta.metadata.%s "
                                   "of type string (key %s)" % (type(item).__name__, field, key))
+    if obj.get("kind") == "Pod":
+        _check_container_strings(obj.get("spec") or {})
+
+
+def _json_type(value):
+    return {bool: "bool", int: "number", float: "number", dict: "object", list: "array"}.get(type(value), "string")
+
+
+def _check_container_strings(spec):
+    """A Pod's container command, args and env values are strings for the real decoder (a number is a 400)."""
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            if not isinstance(container, dict):
+                continue
+            for field in ("command", "args"):
+                for item in container.get(field) or []:
+                    if not isinstance(item, str):
+                        raise bad_request("json: cannot unmarshal %s into Go struct field Container.spec.%s.%s of "
+                                          "type string" % (_json_type(item), group, field))
+            for env in container.get("env") or []:
+                if isinstance(env, dict) and "value" in env and not isinstance(env["value"], str):
+                    raise bad_request("json: cannot unmarshal %s into Go struct field EnvVar.spec.%s.env.value of "
+                                      "type string" % (_json_type(env["value"]), group))
 
 
 # ---------------------------------------------------------------------------

@@ -185,3 +185,17 @@ def test_the_cli_documents_the_options():
                          check=True).stdout
     for option in ("--simulate-kubelet", "--kubelet-delay", "--outage-trigger"):
         assert option in out
+
+
+@pytest.mark.parametrize("field,value", [("args", ["--port", 8000]), ("command", [1]),
+                                         ("env", [{"name": "PORT", "value": 8000}])])
+def test_container_strings_are_strings_as_for_the_real_decoder(standin_factory, field, value):
+    server = standin_factory(seed=[node("gpu-b")])
+    bad = pod("bad-args", "gpu-b")
+    bad["spec"]["containers"][0][field] = value
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        call(server, "POST", "/api/v1/namespaces/default/pods", bad)
+    assert caught.value.code == 400
+    assert "json: cannot unmarshal number into Go struct field" in json.loads(caught.value.read())["message"]
+    with pytest.raises(urllib.error.HTTPError):
+        call(server, "GET", "/api/v1/namespaces/default/pods/bad-args")  # nothing was created
