@@ -228,6 +228,8 @@ def llm_ports():
     for server in servers.values():
         server.shutdown()
         server.server_close()
+
+
 ADMIN_CORDONED = dict(node=node_object(unschedulable=True, annotations={"ops.example.com/reason": "RMA"}))
 
 

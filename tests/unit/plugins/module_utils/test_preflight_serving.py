@@ -18,8 +18,8 @@ UNREADY = [{"type": "Ready", "status": "False", "reason": "ContainersNotReady",
 
 @pytest.mark.parametrize("status,expected", [
     ({"phase": "Pending", "conditions": UNREADY, "containerStatuses": [
-        {"name": "server", "ready": False, "state": {"waiting": {"reason": "ImagePullBackOff",
-                                                                "message": 'Back-off pulling image "vllm:1"'}}}]},
+        {"name": "server", "ready": False,
+         "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "vllm:1"'}}}]},
      'phase Pending; container server waiting: ImagePullBackOff (Back-off pulling image "vllm:1")'),
     ({"phase": "Pending", "conditions": UNREADY, "containerStatuses": [
         {"name": "server", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]},
