@@ -53,11 +53,11 @@ METRICS = {
     "gpu_native_node_gpu_ready": (
         "gauge", "1 when every GPU is healthy and the PCI, nvidia-smi, device-plugin and expected counts agree "
                  "(the gpu_health verdict), else 0."),
-    "gpu_native_nvidia_pci_devices_total": (
+    "gpu_native_nvidia_pci_devices": (
         "gauge", "NVIDIA GPUs on PCI: class 0302 or 0300 with vendor 10de; NVSwitches (class 0680) are not counted."),
-    "gpu_native_node_nvidia_smi_devices_total": (
+    "gpu_native_node_nvidia_smi_devices": (
         "gauge", "GPUs nvidia-smi knows (attached_gpus, else the GPUs it lists); 0 when the driver is unreachable."),
-    "gpu_native_node_device_plugin_devices_total": (
+    "gpu_native_node_device_plugin_gpus": (
         "gauge", "nvidia.com/gpu in the node's allocatable, read from the node object; absent when it cannot be read."),
     "gpu_native_node_device_plugin_devices": (
         "gauge", "Allocatable count per device-plugin resource (label resource, e.g. nvidia.com/gpu.shared, "
@@ -71,7 +71,7 @@ METRICS = {
     "gpu_native_gpu_pending_action": (
         "gauge", "1 for the strongest pending action of a GPU (restart_app, workflow, drain_p2p, reset_gpu or "
                  "reboot_node)."),
-    "gpu_native_xid_events_total": (
+    "gpu_native_xid_events_in_window": (
         "gauge", "Kernel-log lines per Xid and GPU within the agent's window (xid_since, current boot); "
                  "cleared=true once a driver reload or a later Xid 154 'to 0x0 (None)' cleared it."),
     "gpu_native_node_validation_last_success_ts_seconds": (
@@ -270,9 +270,9 @@ def evaluate_node(config, metrics, now):
     metrics.add("gpu_native_node_plugin_ready", int(plugin_ready))
     metrics.add("gpu_native_node_cuda_ready", int(driver_ready and check_cuda(config.get("cuda_library", "libcuda.so.1"))))
     metrics.add("gpu_native_node_gpu_ready", int(result["gpu_ready"]))
-    metrics.add("gpu_native_nvidia_pci_devices_total", result["pci_gpu_count"])
-    metrics.add("gpu_native_node_nvidia_smi_devices_total", result["nvidia_smi_gpu_count"])
-    metrics.add("gpu_native_node_device_plugin_devices_total", plugin_count)
+    metrics.add("gpu_native_nvidia_pci_devices", result["pci_gpu_count"])
+    metrics.add("gpu_native_node_nvidia_smi_devices", result["nvidia_smi_gpu_count"])
+    metrics.add("gpu_native_node_device_plugin_gpus", plugin_count)
     rows = result.get("device_plugin_resources") or []
     for row in rows:
         metrics.add("gpu_native_node_device_plugin_devices", row["actual"], resource=row["resource"])
@@ -290,7 +290,7 @@ def evaluate_node(config, metrics, now):
                         gpu="" if action["index"] is None else str(action["index"]),
                         pci_bus_id=action["pci_bus_id"] or "", uuid=action["uuid"] or "")
     for event in result["xid_events"]:
-        metrics.add("gpu_native_xid_events_total", event["count"],
+        metrics.add("gpu_native_xid_events_in_window", event["count"],
                     gpu="" if event["gpu_index"] is None else str(event["gpu_index"]),
                     pci_bus_id=event["pci_bus_id"] or "", uuid=event["uuid"] or "",
                     xid=str(event["xid"]), action=event["action"],
