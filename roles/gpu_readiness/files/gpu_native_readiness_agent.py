@@ -23,10 +23,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
-import ctypes
 import json
 import os
-import ssl
 import sys
 import tempfile
 import time
@@ -143,6 +141,12 @@ def node_tools():
     return runner
 
 
+def kernel_log_state():
+    """The incremental kernel-log reader and its state file (module_utils.kernel_log_state)."""
+    from ansible_collections.gpu_native.fleet.plugins.module_utils import kernel_log_state as reader
+    return reader
+
+
 def run_command(argv, timeout=PROBE_TIMEOUT_S):
     """(rc, stdout, stderr) of a probe command, through the shared runner; never raises.
 
@@ -152,6 +156,7 @@ def run_command(argv, timeout=PROBE_TIMEOUT_S):
 
 def cuda_probe(library):
     """Run in a child process: exit 0 when cuInit works and a device exists."""
+    import ctypes  # here, not at the top: only the probe child needs it (the agent's footprint)
     try:
         cuda = ctypes.CDLL(library)
     except OSError:
@@ -199,6 +204,7 @@ def device_plugin_resources(kube, node_name, urlopen=None):
     kube = kube or {}
     if kube.get("api_url") and kube.get("token_file") and os.path.exists(kube["token_file"]):
         try:
+            import ssl  # here, not at the top: loading libssl costs every run ~10 ms of CPU
             from urllib.request import Request
             from urllib.request import urlopen as default_urlopen
             with open(kube["token_file"]) as handle:
@@ -246,12 +252,22 @@ def evaluate_node(config, metrics, now):
     tools = node_tools().NodeTools(
         paths={"nvidia-smi": config.get("nvidia_smi") or "nvidia-smi", "lspci": config.get("lspci") or "lspci"},
         timeout=None if timeout in (None, "") else float(timeout))
+    state_dir = config.get("state_dir", "/var/lib/gpu-native-readiness")
+    reader = kernel_log_state().KernelLogReader(state_dir, now=now)
     inputs, _sources = collect(
         tools,
         kernel_log=config.get("kernel_log", "auto"),
         xid_since=config.get("xid_since", "24h"),
         sysfs_root=config.get("pci_sysfs_root", "/sys/bus/pci/devices"),
+        kernel_log_reader=reader.read,
     )
+    for note in reader.notes:
+        sys.stderr.write("gpu-native-readiness: %s\n" % note)
+    try:
+        reader.save()
+    except (IOError, OSError) as exc:
+        sys.stderr.write("gpu-native-readiness: cannot write the kernel-log state %s: %s (the next run reads the "
+                         "whole window again)\n" % (reader.path, exc))
     resources = device_plugin_resources(config.get("kube"), metrics.node)
     plugin_count = None if resources is None else resources.get("nvidia.com/gpu", 0)
     if resources is not None:
@@ -296,7 +312,6 @@ def evaluate_node(config, metrics, now):
                     xid=str(event["xid"]), action=event["action"],
                     cleared="true" if event["cleared"] else "false",
                     workload=",".join(event["processes"])[:120])
-    state_dir = config.get("state_dir", "/var/lib/gpu-native-readiness")
     if result["gpu_ready"] and driver_ready:
         record_success(state_dir, now)
     metrics.add("gpu_native_node_validation_last_success_ts_seconds", read_last_success(state_dir))
