@@ -332,9 +332,12 @@ class KernelLogReader(object):
                     return True
                 return line.startswith("-- ")
 
-            self.parsed_lines += keep_lines(result.stdout, section["lines"], iso_epoch, skip)
+            parsed = keep_lines(result.stdout, section["lines"], iso_epoch, skip)
+            self.parsed_lines += parsed
             if cursor[0]:
                 section["cursor"] = cursor[0]
+            elif parsed and not section["cursor"]:
+                self.notes.append("journalctl printed no cursor (--show-cursor): the next run reads the window again")
         section["lines"] = expire(section["lines"], self.now - window_seconds(since))
         self._bounded(section, "journal")
         return result, section

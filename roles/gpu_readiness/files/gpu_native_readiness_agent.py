@@ -16,6 +16,11 @@ Usage: gpu_native_readiness_agent.py --config /etc/gpu-native-readiness/config.j
 The agent never fails the timer: on an internal error it writes the metrics it
 has plus ``gpu_native_readiness_agent_error 1`` and exits 0.  The file is
 written atomically (temporary file in the same directory, then rename).
+
+The kernel log is read incrementally (module_utils.kernel_log_state): each run
+reads only the lines added since the last one (journal cursor, dmesg position
+or file offset, kept with the boot id in ``<state_dir>/kernel_log_state.json``)
+and judges the Xids of the whole ``xid_since`` window from the kept lines.
 """
 
 from __future__ import absolute_import, division, print_function
