@@ -86,7 +86,7 @@ def write_journal(path, count, now, seed=15):
 
 def append_journal(path, count, start, end, seed):
     rng = random.Random(seed)
-    lines = [line for line in journal_lines(count + len(BUSES) + 2, start, end, rng)][len(BUSES) + 2:]
+    lines = list(journal_lines(count + len(BUSES) + 2, start, end, rng))[len(BUSES) + 2:]
     with open(path, "a") as handle:
         handle.writelines(lines)
 
@@ -282,8 +282,8 @@ def main():
             result["source"], "journalctl stand-in -k -n 1" if result["source"] == "journal" else "tail -n 1",
             floor["cpu_ms"], ", %.1f MB" % floor["agent_rss_mb"] if "agent_rss_mb" in floor else "",
             result["python_start_cpu_ms"]))
-        print("  %-13s %13s %13s %9s %12s %12s" % ("phase", "agent_cpu_ms", "total_cpu_ms", "agent_MB",
-                                                  "agent/floor", "total/floor"))
+        header = ("phase", "agent_cpu_ms", "total_cpu_ms", "agent_MB", "agent/floor", "total/floor")
+        print("  %-13s %13s %13s %9s %12s %12s" % header)
         for phase in ("first", "steady", "no_kernel_log"):
             row = result[phase]
             print("  %-13s %13.1f %13.1f %9.1f %12.1f %12.1f" % (

@@ -156,8 +156,8 @@ def test_a_reboot_starts_over(node):
     assert verdict(kernel_text)[1]  # fallen off the bus: not ready
     # the node reboots: another boot id, and the journal's current boot has no Xid
     node.boot.write_text("99999999-2222-3333-4444-555555555555\n")
-    node.journal.write_text(noise(NOW - 60, 5) + jline(NOW - 30, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module "
-                                                                  " 550.54.15  Tue Mar  5 22:23:47 UTC 2024"))
+    load = "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:47 UTC 2024"
+    node.journal.write_text(noise(NOW - 60, 5) + jline(NOW - 30, load))
     reader, kernel_text, _source = node.run()
     assert any("boot id changed" in note for note in reader.notes)
     assert "--since" in node.journal_calls()[-1]  # the saved cursor belongs to the old boot
