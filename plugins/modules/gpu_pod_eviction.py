@@ -15,7 +15,7 @@ version_added: 0.1.0
 author:
   - gpu_native.fleet maintainers (@gpu-native)
 description:
-  - Clears a node's GPUs before its driver or Container Toolkit changes: lists the pods bound to O(node) and
+  - Clears a node's GPUs before its driver or Container Toolkit changes. It lists the pods bound to O(node) and
     evicts, through the C(policy/v1) eviction subresource, every pod whose containers or init containers request
     or limit a resource named in O(resources) (C(nvidia.com/gpu), MIG slices such as C(nvidia.com/mig-1g.10gb),
     shared replicas). With O(drain=true) every other pod leaves too, like C(kubectl drain --ignore-daemonsets).
@@ -28,7 +28,7 @@ description:
     refused and their PodDisruptionBudgets (or the pods still terminating), and returns what it evicted so far.
   - It does not cordon the node; cordon it first (with the collection's ownership mark) so that evicted pods
     are not scheduled back onto it.
-  - Runs where the C(kubernetes) Python library is, normally the controller (C(delegate_to: localhost)).
+  - Runs where the C(kubernetes) Python library is, normally the controller (with C(delegate_to) set to C(localhost)).
   - In check mode nothing is evicted. Every candidate is evicted with C(dryRun=All), so the result lists the
     pods that would be evicted and, in RV(blocked), those a PodDisruptionBudget would refuse right now.
 extends_documentation_fragment:
@@ -56,7 +56,7 @@ options:
     default: ['nvidia.com/']
   drain:
     description:
-      - Also evict the pods that use no GPU, like C(kubectl drain --ignore-daemonsets): every pod except DaemonSet
+      - Also evict the pods that use no GPU, like C(kubectl drain --ignore-daemonsets), that is every pod except DaemonSet
         pods, mirror pods and finished pods.
       - Like C(kubectl drain), a non-GPU pod with an C(emptyDir) volume is refused unless O(delete_emptydir_data),
         and one that no controller owns unless O(force); a refusal evicts nothing.
