@@ -35,9 +35,11 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    support: none
+    description: Returns the node's pods to evict before, and those still there after (or that a budget would keep).
+    support: full
 options:
   node:
     description:
@@ -338,6 +340,13 @@ def _api_failure(module, node, exc, result):
                      % (node, why), **result)
 
 
+def _diff(node, selection, result):
+    before = sorted(gpu_pods.pod_key(pod) for pod in selection.evict + selection.wait)
+    after = sorted("%s/%s" % (entry["namespace"], entry["pod"]) for entry in result["blocked"])
+    return {"before": "".join(key + "\n" for key in before), "after": "".join(key + "\n" for key in after),
+            "before_header": "pods to leave node %s" % node, "after_header": "pods still on node %s" % node}
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     _check_params(module)
@@ -363,6 +372,8 @@ def main():
         else:
             result.update(evictor.run(selection))
             result["changed"] = bool(result["evicted"])
+        if module._diff:  # pylint: disable=protected-access
+            result["diff"] = _diff(node, selection, result)
     except gpu_pods.EvictionError as exc:
         result.update(exc.result)
         result["changed"] = bool(result["evicted"])

@@ -82,14 +82,14 @@ def names(entries):
 @pytest.fixture
 def evict(standin_factory, run_playbook, tmp_path):
     """Seed a stand-in, run the module with ``args``; return (result, server, CompletedProcess)."""
-    def _run(seed, args, check=False, extra_env=None, kubeconfig=True):
+    def _run(seed, args, check=False, extra_env=None, kubeconfig=True, diff=False):
         server = standin_factory(seed=seed)
         config = server.write_kubeconfig(str(tmp_path / "kubeconfig")) if kubeconfig else None
         out = tmp_path / "result.json"
         if out.exists():
             out.unlink()
         text = PLAYBOOK.format(args=json.dumps(dict({"node": NODE, "wait_sleep": 0.2}, **args)), out=out)
-        proc = run_playbook(text, config, ["--check"] if check else [], extra_env)
+        proc = run_playbook(text, config, (["--check"] if check else []) + (["--diff"] if diff else []), extra_env)
         assert out.exists(), proc.stdout
         return json.loads(out.read_text()), server, proc
     return _run
@@ -161,30 +161,42 @@ def test_pdb_with_no_disruption_allowed_times_out_into_a_clean_failure(evict):
 
 def test_check_mode_lists_the_pods_and_the_blocked_ones_and_changes_nothing(evict):
     seed = SEED + [pod("serve-0", gpu="nvidia.com/gpu", labels={"app": "serve"}), pdb("serve-pdb", "serve")]
-    result, server, proc = evict(seed, {"timeout": 30}, check=True)
+    result, server, proc = evict(seed, {"timeout": 30}, check=True, diff=True)
     assert not result.get("failed"), proc.stdout
     assert result["changed"] is True
     assert names(result["would_evict"]) == ["ml/mig-job", "ml/serve-0", "ml/trainer-0"]
     assert [(b["pod"], b["pdb"]) for b in result["blocked"]] == [("serve-0", "serve-pdb")]
     assert result["evicted"] == []
     assert len(pod_names(server)) == len([p for p in seed if p["kind"] == "Pod"])
+    assert result["diff"]["before"] == "ml/mig-job\nml/serve-0\nml/trainer-0\n"
+    assert result["diff"]["after"] == "ml/serve-0\n"
 
 
-def test_unknown_node_is_a_clear_error(evict):
-    result, _server, _proc = evict(SEED, {"node": "no-such-node"})
-    assert result["failed"] is True
-    assert result["msg"] == "node no-such-node not found in the cluster; check the node name (kubectl get nodes)"
-
-
-def test_missing_kubeconfig_is_a_clear_error(evict, tmp_path):
-    missing = str(tmp_path / "absent" / "kubeconfig")
-    result, server, _proc = evict(SEED, {"kubeconfig": missing}, kubeconfig=False,
-                                  extra_env={"KUBECONFIG": missing, "HOME": str(tmp_path)})
-    assert result["failed"] is True
-    assert result["msg"].startswith("cannot connect to the Kubernetes API: ")
-    assert "point kubeconfig (or K8S_AUTH_KUBECONFIG) at a valid kubeconfig" in result["msg"]
-    assert "\n" not in result["msg"]
-    assert len(pod_names(server)) == len([p for p in SEED if p["kind"] == "Pod"])
+ERRORS_PLAYBOOK = """
+- name: gpu_pod_eviction refusals
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Unknown node
+      gpu_native.fleet.gpu_pod_eviction: {{node: no-such-node}}
+      register: unknown_node
+      ignore_errors: true
+    - name: Missing kubeconfig
+      gpu_native.fleet.gpu_pod_eviction: {{node: gpu-node-1, kubeconfig: "{missing}"}}
+      register: no_kubeconfig
+      ignore_errors: true
+    - name: Python without the kubernetes client
+      gpu_native.fleet.gpu_pod_eviction: {{node: gpu-node-1}}
+      vars:
+        ansible_python_interpreter: "{python}"
+      register: no_client
+      ignore_errors: true
+    - name: Keep the results
+      ansible.builtin.copy:
+        content: "{{{{ {{'unknown_node': unknown_node, 'no_kubeconfig': no_kubeconfig, 'no_client': no_client}} | to_json }}}}"
+        dest: "{out}"
+        mode: "0600"
+"""
 
 
 def _python_without_kubernetes():
@@ -197,12 +209,24 @@ def _python_without_kubernetes():
     return None
 
 
-def test_missing_kubernetes_client_is_a_clear_error(evict):
+def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors_and_change_nothing(standin_factory, run_playbook,
+                                                                                        tmp_path):
     python = _python_without_kubernetes()
     if python is None:
         pytest.skip("every Python here has the kubernetes client")
-    result, server, _proc = evict(SEED, {}, extra_env={"ANSIBLE_PYTHON_INTERPRETER": python})
-    assert result["failed"] is True
-    assert "Failed to import the required Python library (kubernetes)" in result["msg"]
-    assert "pip install kubernetes" in result["msg"]
+    server = standin_factory(seed=SEED)
+    out = tmp_path / "errors.json"
+    text = ERRORS_PLAYBOOK.format(missing=tmp_path / "absent" / "kubeconfig", python=python, out=out)
+    proc = run_playbook(text, server.write_kubeconfig(str(tmp_path / "kubeconfig")))
+    assert out.exists(), proc.stdout
+    results = json.loads(out.read_text())
+    for result in results.values():
+        assert result["failed"] is True and "\n" not in result["msg"]
+        assert result["evicted"] == [] and result["changed"] is False
+    assert results["unknown_node"]["msg"] == ("node no-such-node not found in the cluster; check the node name "
+                                              "(kubectl get nodes)")
+    assert results["no_kubeconfig"]["msg"].startswith("cannot connect to the Kubernetes API: ")
+    assert "point kubeconfig (or K8S_AUTH_KUBECONFIG) at a valid kubeconfig" in results["no_kubeconfig"]["msg"]
+    assert "Failed to import the required Python library (kubernetes)" in results["no_client"]["msg"]
+    assert "pip install kubernetes" in results["no_client"]["msg"]
     assert len(pod_names(server)) == len([p for p in SEED if p["kind"] == "Pod"])
