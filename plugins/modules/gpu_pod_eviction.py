@@ -211,6 +211,10 @@ except ImportError:
     KUBERNETES_ERROR = traceback.format_exc()
 
 
+# Seconds one API request may take (connect and read), so that an unreachable API server is an error, not a hang.
+REQUEST_TIMEOUT = 30
+
+
 def _json(data):
     if isinstance(data, bytes):
         data = data.decode("utf-8", "replace")
@@ -230,7 +234,8 @@ class ClientApi(object):
 
     def read_node(self, name):
         try:
-            return _json(self.core.read_node(name, _preload_content=False).data)
+            return _json(self.core.read_node(name, _preload_content=False,
+                                        _request_timeout=REQUEST_TIMEOUT).data)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -238,26 +243,28 @@ class ClientApi(object):
 
     def list_pods(self, node):
         response = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node,
-                                                         _preload_content=False)
+                                                         _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         return gpu_pods._list(_json(response.data).get("items"))  # pylint: disable=protected-access
 
     def read_pod(self, namespace, name):
         try:
-            return _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False).data)
+            return _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False,
+                                        _request_timeout=REQUEST_TIMEOUT).data)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
     def list_pdbs(self, namespace):
-        response = self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False)
+        response = self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False,
+                                                                   _request_timeout=REQUEST_TIMEOUT)
         return gpu_pods._list(_json(response.data).get("items"))  # pylint: disable=protected-access
 
     def evict(self, namespace, name, grace_period, dry_run):
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         if grace_period is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_period}
-        kwargs = {"_preload_content": False}
+        kwargs = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
         if dry_run:
             kwargs["dry_run"] = "All"
         try:
@@ -323,7 +330,8 @@ def _connect(module):
         return ClientApi(client.client.client)
     except Exception as exc:  # pylint: disable=broad-except
         module.fail_json(msg="cannot connect to the Kubernetes API: %s; point kubeconfig (or K8S_AUTH_KUBECONFIG) "
-                         "at a valid kubeconfig, or set host and api_key" % str(exc).strip().splitlines()[0][:300]
+                         "at a valid kubeconfig, or set host and api_key"
+                         % str(exc).strip().splitlines()[0][:300].rstrip(".")
                          if str(exc).strip() else "cannot connect to the Kubernetes API (%s); point kubeconfig at a "
                          "valid kubeconfig, or set host and api_key" % type(exc).__name__, **_empty_result())
 
