@@ -188,6 +188,7 @@ skipped:
             reason: "DaemonSet pod: never evicted (pause its DaemonSet instead)"}]
 """
 
+import copy
 import json
 import traceback
 
@@ -285,7 +286,7 @@ def argument_spec():
         wait_sleep=dict(type="float", default=5.0),
         grace_period=dict(type="int"),
     )
-    spec.update(AUTH_ARG_SPEC)
+    spec.update(copy.deepcopy(AUTH_ARG_SPEC))
     return spec
 
 
