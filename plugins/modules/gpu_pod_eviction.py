@@ -235,8 +235,8 @@ class ClientApi(object):
 
     def read_node(self, name):
         try:
-            return _json(self.core.read_node(name, _preload_content=False,
-                                        _request_timeout=REQUEST_TIMEOUT).data)
+            response = self.core.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+            return _json(response.data)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -249,8 +249,9 @@ class ClientApi(object):
 
     def read_pod(self, namespace, name):
         try:
-            return _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False,
-                                        _request_timeout=REQUEST_TIMEOUT).data)
+            response = self.core.read_namespaced_pod(name, namespace, _preload_content=False,
+                                                     _request_timeout=REQUEST_TIMEOUT)
+            return _json(response.data)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -258,7 +259,7 @@ class ClientApi(object):
 
     def list_pdbs(self, namespace):
         response = self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False,
-                                                                   _request_timeout=REQUEST_TIMEOUT)
+                                                                     _request_timeout=REQUEST_TIMEOUT)
         return gpu_pods._list(_json(response.data).get("items"))  # pylint: disable=protected-access
 
     def evict(self, namespace, name, grace_period, dry_run):

@@ -209,8 +209,7 @@ def _python_without_kubernetes():
     return None
 
 
-def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors_and_change_nothing(standin_factory, run_playbook,
-                                                                                        tmp_path):
+def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors(standin_factory, run_playbook, tmp_path):
     python = _python_without_kubernetes()
     if python is None:
         pytest.skip("every Python here has the kubernetes client")

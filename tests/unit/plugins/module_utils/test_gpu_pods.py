@@ -102,8 +102,8 @@ def test_drain_refuses_emptydir_and_unmanaged_non_gpu_pods_like_kubectl():
             pod("disk", volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}])]
     selection = gpu_pods.select_pods(pods, drain=True)
     assert [(gpu_pods.pod_key(p), why.split(";")[0]) for p, why in selection.refused] == [
-        ("ml/scratch", "uses emptyDir (local data)"), ("ml/bare", "not managed by a controller, nothing would "
-                                                                 "recreate it")]
+        ("ml/scratch", "uses emptyDir (local data)"),
+        ("ml/bare", "not managed by a controller, nothing would recreate it")]
     assert keys(selection.evict) == ["ml/disk"]
     selection = gpu_pods.select_pods(pods, drain=True, delete_emptydir_data=True, force=True)
     assert selection.refused == [] and keys(selection.evict) == ["ml/bare", "ml/disk", "ml/scratch"]
