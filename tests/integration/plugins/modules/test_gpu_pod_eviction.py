@@ -13,8 +13,9 @@ DS = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter",
       "uid": "2f4e6a8c-1b3d-4e5f-8a9b-0c1d2e3f4a5b", "controller": True}
 
 
-def pod(name, namespace="ml", node=NODE, gpu=None, init_gpu=None, owner=RS, labels=None, phase="Running",
+def pod(name, namespace="ml", node=NODE, gpu=None, init_gpu=None, owner="rs", labels=None, phase="Running",
         volumes=None, annotations=None):
+    owner = RS if owner == "rs" else owner
     container = {"name": "c", "image": "example.invalid/c:1"}
     if gpu:
         container["resources"] = {"limits": {gpu: 1}}
