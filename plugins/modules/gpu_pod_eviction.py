@@ -190,6 +190,7 @@ skipped:
 
 import copy
 import json
+import socket
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -327,6 +328,8 @@ def _connect(module):
     # pylint: disable-next=import-outside-toplevel
     from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
     auth = dict((key, module.params.get(key)) for key in AUTH_ARG_SPEC)
+    # The client's discovery request (at creation) takes no timeout of ours: bound every socket of this process.
+    socket.setdefaulttimeout(REQUEST_TIMEOUT)
     try:
         client = get_api_client(**auth)
         return ClientApi(client.client.client)

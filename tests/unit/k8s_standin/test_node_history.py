@@ -91,3 +91,12 @@ def test_reset_starts_a_new_history(tmp_path):
         assert k8s_standin_server.read_node_history(state) == []
     finally:
         subprocess.run([sys.executable, SERVER_PY, "stop", "--state-dir", state], check=True, timeout=60)
+
+
+def test_a_change_of_the_mark_alone_is_a_line(standin_factory):
+    server = standin_factory(seed=NODES)
+    cordon(server, "gpu-node-1", True, "mig")
+    call(server, "PATCH", "/api/v1/nodes/gpu-node-1", {"metadata": {"annotations": {MARK: "driver-upgrade"}}})
+    last = history(server)[-1]
+    assert (last["event"], last["unschedulable"], last["annotations"]) == ("changed", True, {MARK: "driver-upgrade"})
+    assert len(history(server)) == 5
