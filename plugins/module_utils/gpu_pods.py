@@ -54,6 +54,9 @@ DEFAULT_PREFIXES = ("nvidia.com/",)
 MAX_PODS = 5000
 MAX_CONTAINERS = 256
 
+# kube-apiserver's 429 names the budget in details.causes[].message, in each of its forms: "The disruption budget
+# %s needs %d healthy pods and has %d currently", "... %s does not allow evicting pods currently because it failed
+# sync: ...", "... %s does not allow evicting pods currently (...)" (pkg/registry/core/pod/storage/eviction.go).
 _PDB_RE = re.compile(r"disruption budget ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)")
 
 
