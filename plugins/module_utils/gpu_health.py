@@ -751,14 +751,16 @@ def _collect_kernel_log(tools, kernel_log, since, inputs, sources):
         sources["kernel_log"] = "unavailable (%s; %s)" % (result.message, dmesg.message)
 
 
-def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/devices"):
+def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/devices", kernel_log_reader=None):
     """Gather ``evaluate`` inputs through ``tools`` (a ``node_tools.NodeTools``).
 
     Live, it runs nvidia-smi, lspci (sysfs when lspci fails) and journalctl or
     dmesg (or reads the ``kernel_log`` file); with ``tools.source ==
     'captured'`` the same calls replay ``nvidia_smi_xml``, ``nvidia_smi_query``,
     ``nvidia_smi``, ``lspci`` and ``kernel_log``.  Returns ``(inputs, sources)``;
-    ``tools.calls`` holds every call's result."""
+    ``tools.calls`` holds every call's result.  ``kernel_log_reader`` (live only)
+    replaces the kernel-log step, with the same arguments as ``_collect_kernel_log``
+    (the readiness agent's incremental reader, module_utils.kernel_log_state)."""
     since = validate_since(xid_since)
     inputs = {}
     sources = {}
@@ -775,5 +777,8 @@ def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/
         else:
             sources["pci"] = "unavailable"
 
-    _collect_kernel_log(tools, kernel_log, since, inputs, sources)
+    if kernel_log_reader is not None and tools.source == "live":
+        kernel_log_reader(tools, kernel_log, since, inputs, sources)
+    else:
+        _collect_kernel_log(tools, kernel_log, since, inputs, sources)
     return inputs, sources

@@ -1,16 +1,19 @@
 """Verify gpu_native.fleet.containerd_nvidia on a real containerd (after converge and side_effect)."""
 import json
 import os
-import shlex
+import sys
 import tomllib
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
+from handler_checks import run_through_handler  # noqa: E402  pylint: disable=wrong-import-position
+
 
 testinfra_hosts = ["podman://gn-containerd_nvidia-node1"]
 
 CRI = "io.containerd.grpc.v1.cri"
 BINARY = "/usr/bin/nvidia-container-runtime"
-STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 IMPORT_GLOB = "/etc/containerd/conf.d/*.toml"
 
@@ -88,20 +91,7 @@ def test_drop_in_file(host):
 def test_container_runs_through_the_runtime(host, runtimes):
     """Start a container with the handler's binary and options; the stand-in's log proves the call."""
     options = runtimes["nvidia"]["options"]
-    before = int(host.check_output("cat %s 2>/dev/null | wc -l" % STANDIN_LOG))
-    argv = ["ctr", "run", "--rm", "--rootfs", "--runtime", runtimes["nvidia"]["runtime_type"],
-            "--runc-binary", options["BinaryName"]]
-    container_id = "gn-verify-nvidia-%d" % os.getpid()
-    if options.get("SystemdCgroup"):
-        # Like the CRI plugin with SystemdCgroup = true: runc gets a systemd slice:prefix:name path.
-        argv += ["--runc-systemd-cgroup", "--cgroup", "system.slice:gn-verify:%s" % container_id]
-    argv += ["/opt/gn-rootfs", container_id, "/bin/busybox", "echo", "hello-from-nvidia-handler"]
-    result = host.run(" ".join(shlex.quote(a) for a in argv))
-    assert result.rc == 0, result.stderr
-    assert "hello-from-nvidia-handler" in result.stdout
-    calls = host.check_output("tail -n +%d %s" % (before + 1, STANDIN_LOG)).splitlines()
-    assert any("'create'" in line and "'--bundle'" in line for line in calls), calls
-    assert any("'start'" in line for line in calls), calls
+    run_through_handler(host, runtimes["nvidia"]["runtime_type"], options, "hello-from-nvidia-handler")
 
 
 # ---------------------------------------------------------------- fixture configs (issue #13)

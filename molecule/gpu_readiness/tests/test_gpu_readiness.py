@@ -68,24 +68,24 @@ def test_metrics_are_documented_and_labelled_by_node(host, metrics):
 def test_verdict(host, metrics):
     assert value(metrics, "gpu_native_readiness_agent_error") == 0
     assert value(metrics, "gpu_native_node_driver_ready") == 1
-    assert value(metrics, "gpu_native_nvidia_pci_devices_total") == 8  # NVSwitches on the healthy host not counted
-    assert value(metrics, "gpu_native_node_nvidia_smi_devices_total") == 8
+    assert value(metrics, "gpu_native_nvidia_pci_devices") == 8  # NVSwitches on the healthy host not counted
+    assert value(metrics, "gpu_native_node_nvidia_smi_devices") == 8
     assert value(metrics, "gpu_native_node_toolkit_ready") == 0  # no NVIDIA Container Toolkit on a test host
     assert value(metrics, "gpu_native_node_cuda_ready") == 0     # no libcuda.so.1 either
-    assert "gpu_native_node_device_plugin_devices_total" not in metrics  # no Kubernetes reachable: absent
+    assert "gpu_native_node_device_plugin_gpus" not in metrics  # no Kubernetes reachable: absent
     healthy = dict((labels["pci_bus_id"], v) for labels, v in metrics["gpu_native_gpu_healthy"])
     assert len(healthy) == 8
     if is_healthy_host(host):
         assert value(metrics, "gpu_native_node_gpu_ready") == 1
         assert set(healthy.values()) == {1.0}
         assert value(metrics, "gpu_native_node_validation_last_success_ts_seconds") > time.time() - 600
-        assert "gpu_native_xid_events_total" not in metrics
+        assert "gpu_native_xid_events_in_window" not in metrics
     else:
         assert value(metrics, "gpu_native_node_gpu_ready") == 0
         assert [bus for bus, v in healthy.items() if v == 0] == ["0000:83:00.0"]
         bad = [labels for labels, v in metrics["gpu_native_gpu_healthy"] if v == 0][0]
         assert (bad["gpu"], bad["uuid"]) == ("4", "GPU-a40c0de4-0000-4000-8000-000000000004")
-        xids = dict((labels["xid"], (labels, v)) for labels, v in metrics["gpu_native_xid_events_total"])
+        xids = dict((labels["xid"], (labels, v)) for labels, v in metrics["gpu_native_xid_events_in_window"])
         assert xids["119"][1] == 2
         assert (xids["119"][0]["action"], xids["119"][0]["cleared"], xids["119"][0]["gpu"]) == ("reset_gpu", "false", "4")
         assert xids["13"][0]["action"] == "restart_app" and xids["13"][0]["gpu"] == "2"

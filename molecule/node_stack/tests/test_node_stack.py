@@ -1,16 +1,19 @@
 """Verify the node stack (driver + Container Toolkit + containerd handler) on the host's real state."""
 import os
 import re
-import shlex
+import sys
 import tomllib
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
+from handler_checks import run_through_handler  # noqa: E402  pylint: disable=wrong-import-position
+
 
 testinfra_hosts = ["podman://gn-node_stack-node1"]
 
 CRI = "io.containerd.grpc.v1.cri"
 RUNTIME = "/usr/bin/nvidia-container-runtime"
-STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
 TOOLKIT_VERSION = "1.17.8-1"
 TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools", "libnvidia-container1"]
@@ -135,14 +138,4 @@ def test_container_runs_through_the_handler(host):
     dump = tomllib.loads(host.check_output("containerd config dump"))
     nvidia = dump["plugins"][CRI]["containerd"]["runtimes"]["nvidia"]
     options = nvidia["options"]
-    before = int(host.check_output("cat %s 2>/dev/null | wc -l" % STANDIN_LOG))
-    container_id = "gn-node-stack-%d" % os.getpid()
-    argv = ["ctr", "run", "--rm", "--rootfs", "--runtime", nvidia["runtime_type"], "--runc-binary", options["BinaryName"]]
-    if options.get("SystemdCgroup"):
-        argv += ["--runc-systemd-cgroup", "--cgroup", "system.slice:gn-verify:%s" % container_id]
-    argv += ["/opt/gn-rootfs", container_id, "/bin/busybox", "echo", "hello-through-nvidia"]
-    result = host.run(" ".join(shlex.quote(a) for a in argv))
-    assert result.rc == 0, result.stderr
-    assert "hello-through-nvidia" in result.stdout
-    calls = host.check_output("tail -n +%d %s" % (before + 1, STANDIN_LOG)).splitlines()
-    assert any("'create'" in line and "'--bundle'" in line for line in calls), calls
+    run_through_handler(host, nvidia["runtime_type"], options, "hello-through-nvidia", name_prefix="gn-node-stack")

@@ -16,6 +16,11 @@ Usage: gpu_native_readiness_agent.py --config /etc/gpu-native-readiness/config.j
 The agent never fails the timer: on an internal error it writes the metrics it
 has plus ``gpu_native_readiness_agent_error 1`` and exits 0.  The file is
 written atomically (temporary file in the same directory, then rename).
+
+The kernel log is read incrementally (module_utils.kernel_log_state): each run
+reads only the lines added since the last one (journal cursor, dmesg position
+or file offset, kept with the boot id in ``<state_dir>/kernel_log_state.json``)
+and judges the Xids of the whole ``xid_since`` window from the kept lines.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,10 +28,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
-import ctypes
 import json
 import os
-import ssl
 import sys
 import tempfile
 import time
@@ -53,11 +56,11 @@ METRICS = {
     "gpu_native_node_gpu_ready": (
         "gauge", "1 when every GPU is healthy and the PCI, nvidia-smi, device-plugin and expected counts agree "
                  "(the gpu_health verdict), else 0."),
-    "gpu_native_nvidia_pci_devices_total": (
+    "gpu_native_nvidia_pci_devices": (
         "gauge", "NVIDIA GPUs on PCI: class 0302 or 0300 with vendor 10de; NVSwitches (class 0680) are not counted."),
-    "gpu_native_node_nvidia_smi_devices_total": (
+    "gpu_native_node_nvidia_smi_devices": (
         "gauge", "GPUs nvidia-smi knows (attached_gpus, else the GPUs it lists); 0 when the driver is unreachable."),
-    "gpu_native_node_device_plugin_devices_total": (
+    "gpu_native_node_device_plugin_gpus": (
         "gauge", "nvidia.com/gpu in the node's allocatable, read from the node object; absent when it cannot be read."),
     "gpu_native_node_device_plugin_devices": (
         "gauge", "Allocatable count per device-plugin resource (label resource, e.g. nvidia.com/gpu.shared, "
@@ -71,7 +74,7 @@ METRICS = {
     "gpu_native_gpu_pending_action": (
         "gauge", "1 for the strongest pending action of a GPU (restart_app, workflow, drain_p2p, reset_gpu or "
                  "reboot_node)."),
-    "gpu_native_xid_events_total": (
+    "gpu_native_xid_events_in_window": (
         "gauge", "Kernel-log lines per Xid and GPU within the agent's window (xid_since, current boot); "
                  "cleared=true once a driver reload or a later Xid 154 'to 0x0 (None)' cleared it."),
     "gpu_native_node_validation_last_success_ts_seconds": (
@@ -143,6 +146,12 @@ def node_tools():
     return runner
 
 
+def kernel_log_state():
+    """The incremental kernel-log reader and its state file (module_utils.kernel_log_state)."""
+    from ansible_collections.gpu_native.fleet.plugins.module_utils import kernel_log_state as reader
+    return reader
+
+
 def run_command(argv, timeout=PROBE_TIMEOUT_S):
     """(rc, stdout, stderr) of a probe command, through the shared runner; never raises.
 
@@ -152,6 +161,7 @@ def run_command(argv, timeout=PROBE_TIMEOUT_S):
 
 def cuda_probe(library):
     """Run in a child process: exit 0 when cuInit works and a device exists."""
+    import ctypes  # here, not at the top: only the probe child needs it (the agent's footprint)
     try:
         cuda = ctypes.CDLL(library)
     except OSError:
@@ -199,6 +209,7 @@ def device_plugin_resources(kube, node_name, urlopen=None):
     kube = kube or {}
     if kube.get("api_url") and kube.get("token_file") and os.path.exists(kube["token_file"]):
         try:
+            import ssl  # here, not at the top: loading libssl costs every run ~10 ms of CPU
             from urllib.request import Request
             from urllib.request import urlopen as default_urlopen
             with open(kube["token_file"]) as handle:
@@ -246,12 +257,22 @@ def evaluate_node(config, metrics, now):
     tools = node_tools().NodeTools(
         paths={"nvidia-smi": config.get("nvidia_smi") or "nvidia-smi", "lspci": config.get("lspci") or "lspci"},
         timeout=None if timeout in (None, "") else float(timeout))
+    state_dir = config.get("state_dir", "/var/lib/gpu-native-readiness")
+    reader = kernel_log_state().KernelLogReader(state_dir, now=now)
     inputs, _sources = collect(
         tools,
         kernel_log=config.get("kernel_log", "auto"),
         xid_since=config.get("xid_since", "24h"),
         sysfs_root=config.get("pci_sysfs_root", "/sys/bus/pci/devices"),
+        kernel_log_reader=reader.read,
     )
+    for note in reader.notes:
+        sys.stderr.write("gpu-native-readiness: %s\n" % note)
+    try:
+        reader.save()
+    except (IOError, OSError) as exc:
+        sys.stderr.write("gpu-native-readiness: cannot write the kernel-log state %s: %s (the next run reads the "
+                         "whole window again)\n" % (reader.path, exc))
     resources = device_plugin_resources(config.get("kube"), metrics.node)
     plugin_count = None if resources is None else resources.get("nvidia.com/gpu", 0)
     if resources is not None:
@@ -270,9 +291,9 @@ def evaluate_node(config, metrics, now):
     metrics.add("gpu_native_node_plugin_ready", int(plugin_ready))
     metrics.add("gpu_native_node_cuda_ready", int(driver_ready and check_cuda(config.get("cuda_library", "libcuda.so.1"))))
     metrics.add("gpu_native_node_gpu_ready", int(result["gpu_ready"]))
-    metrics.add("gpu_native_nvidia_pci_devices_total", result["pci_gpu_count"])
-    metrics.add("gpu_native_node_nvidia_smi_devices_total", result["nvidia_smi_gpu_count"])
-    metrics.add("gpu_native_node_device_plugin_devices_total", plugin_count)
+    metrics.add("gpu_native_nvidia_pci_devices", result["pci_gpu_count"])
+    metrics.add("gpu_native_node_nvidia_smi_devices", result["nvidia_smi_gpu_count"])
+    metrics.add("gpu_native_node_device_plugin_gpus", plugin_count)
     rows = result.get("device_plugin_resources") or []
     for row in rows:
         metrics.add("gpu_native_node_device_plugin_devices", row["actual"], resource=row["resource"])
@@ -290,13 +311,12 @@ def evaluate_node(config, metrics, now):
                         gpu="" if action["index"] is None else str(action["index"]),
                         pci_bus_id=action["pci_bus_id"] or "", uuid=action["uuid"] or "")
     for event in result["xid_events"]:
-        metrics.add("gpu_native_xid_events_total", event["count"],
+        metrics.add("gpu_native_xid_events_in_window", event["count"],
                     gpu="" if event["gpu_index"] is None else str(event["gpu_index"]),
                     pci_bus_id=event["pci_bus_id"] or "", uuid=event["uuid"] or "",
                     xid=str(event["xid"]), action=event["action"],
                     cleared="true" if event["cleared"] else "false",
                     workload=",".join(event["processes"])[:120])
-    state_dir = config.get("state_dir", "/var/lib/gpu-native-readiness")
     if result["gpu_ready"] and driver_ready:
         record_success(state_dir, now)
     metrics.add("gpu_native_node_validation_last_success_ts_seconds", read_last_success(state_dir))

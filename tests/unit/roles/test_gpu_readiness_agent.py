@@ -78,8 +78,8 @@ def test_healthy_node_metrics(node):
     assert found["gpu_native_node_toolkit_ready"][0][1] == 1.0  # the configured check command exits 0
     assert found["gpu_native_node_cuda_ready"][0][1] == 0.0     # no libcuda on a test host
     assert found["gpu_native_node_plugin_ready"][0][1] == 0.0   # no node object reachable
-    assert "gpu_native_node_device_plugin_devices_total" not in found  # absent, not 0
-    assert "gpu_native_nvidia_pci_devices_total" not in found          # no lspci and no sysfs here
+    assert "gpu_native_node_device_plugin_gpus" not in found  # absent, not 0
+    assert "gpu_native_nvidia_pci_devices" not in found          # no lspci and no sysfs here
     assert len(found["gpu_native_gpu_healthy"]) == 8 and {v for _l, v in found["gpu_native_gpu_healthy"]} == {1.0}
     assert found["gpu_native_gpu_healthy"][0][0] == {"node": "gpu-node-1", "gpu": "0", "pci_bus_id": "0000:18:00.0",
                                                      "uuid": "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1"}
@@ -101,7 +101,7 @@ def test_faulty_node_metrics(node):
     unhealthy = [labels for labels, value in found["gpu_native_gpu_healthy"] if value == 0]
     assert unhealthy == [{"node": "gpu-node-1", "gpu": "4", "pci_bus_id": "0000:83:00.0",
                           "uuid": "GPU-a40c0de4-0000-4000-8000-000000000004"}]
-    xids = dict((labels["xid"], (labels, value)) for labels, value in found["gpu_native_xid_events_total"])
+    xids = dict((labels["xid"], (labels, value)) for labels, value in found["gpu_native_xid_events_in_window"])
     assert xids["119"][1] == 2.0 and xids["119"][0]["action"] == "reset_gpu" and xids["119"][0]["cleared"] == "false"
     assert xids["119"][0]["workload"] == "nvidia-smi"
     assert xids["13"][0]["action"] == "restart_app"
@@ -126,7 +126,7 @@ def test_no_driver(node):
     found = metrics(output)
     assert found["gpu_native_node_driver_ready"][0][1] == 0.0
     assert found["gpu_native_node_toolkit_ready"][0][1] == 0.0
-    assert found["gpu_native_node_nvidia_smi_devices_total"][0][1] == 0.0
+    assert found["gpu_native_node_nvidia_smi_devices"][0][1] == 0.0
 
 
 def test_internal_error_writes_error_gauge_and_exits_zero(node, capsys):
@@ -186,7 +186,7 @@ def test_device_plugin_count_from_node_object(node, tmp_path):
         config, output = node("h100x8-healthy", kube={"api_url": api, "token_file": str(token)})
         agent.main(["--config", config])
         found = metrics(output)
-        assert found["gpu_native_node_device_plugin_devices_total"][0][1] == 7.0
+        assert found["gpu_native_node_device_plugin_gpus"][0][1] == 7.0
         assert found["gpu_native_node_plugin_ready"][0][1] == 0.0  # 7 of 8
         assert found["gpu_native_node_gpu_ready"][0][1] == 0.0
     finally:
@@ -210,3 +210,13 @@ def test_probe_commands_go_through_the_runner(tmp_path):
     assert agent.run_command(["/bin/sleep", "5"], timeout=0.5)[0] == 124
     rc, out, _err = agent.run_command(["/bin/sh", "-c", "echo $LC_ALL"])
     assert (rc, out.strip()) == (0, "C")
+
+
+def test_metric_names_follow_prometheus_conventions():
+    """A name ending in _total is a counter (the agent writes only gauges); units are base units (_seconds)."""
+    for name, (kind, help_text) in agent.METRICS.items():
+        assert re.match(r"^gpu_native_[a-z0-9_]+$", name), name
+        assert kind in ("gauge", "counter"), name
+        assert name.endswith("_total") == (kind == "counter"), name
+        assert not re.search(r"_(ms|milliseconds|minutes|hours|bytes_total)$", name), name
+        assert help_text and "\n" not in help_text, name

@@ -49,4 +49,4 @@ def test_time_sliced_node_counts_per_resource(node, tmp_path, shared, ready):  #
         ("nvidia.com/gpu.shared", 32.0)]
     assert found["gpu_native_node_plugin_ready"][0][1] == ready
     assert found["gpu_native_node_gpu_ready"][0][1] == ready
-    assert found["gpu_native_node_device_plugin_devices_total"][0][1] == 0.0  # nvidia.com/gpu itself is renamed away
+    assert found["gpu_native_node_device_plugin_gpus"][0][1] == 0.0  # nvidia.com/gpu itself is renamed away
