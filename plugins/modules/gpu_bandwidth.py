@@ -261,8 +261,8 @@ def evaluate(result, testcases, product=None, overrides=None, required=False, to
     """A runner result -> the module's return values (logic shared with the unit tests)."""
     out = empty_result(result.as_dict())
     if result.status == node_tools.MISSING:
-        return _skip_or_fail(out, "bandwidth not measured: %s Fix: install NVIDIA's nvbandwidth (NVIDIA/nvbandwidth, "
-                                  "built with cmake) or point nvbandwidth at it" % result.message, required)
+        return _skip_or_fail(out, "%s Fix: install NVIDIA's nvbandwidth (NVIDIA/nvbandwidth, built with cmake) or "
+                                  "point nvbandwidth at it" % result.message, required)
     if result.status in (node_tools.TIMEOUT, node_tools.UNREADABLE, node_tools.NOT_CAPTURED,
                          node_tools.NO_DRIVER):
         out["reasons"] = [result.message]

@@ -81,7 +81,7 @@ def test_live_json_runs_with_dash_j(capsys, monkeypatch):
 def test_missing_binary_is_a_skip_with_its_reason(capsys, tmp_path):
     result = run(capsys, {"nvbandwidth": str(tmp_path / "nvbandwidth")})
     assert not result.get("failed") and result["status"] == "skip" and result["passed"] is False
-    assert result["reasons"][0].startswith("bandwidth not measured: nvbandwidth was not found")
+    assert result["reasons"][0].startswith("nvbandwidth was not found (")
     assert "Fix: install NVIDIA's nvbandwidth" in result["reasons"][0]
 
 
