@@ -534,8 +534,8 @@ def judge(parsed, requested, threshold, why_no_threshold=None, required=False):
             failures.append("%s: this nvbandwidth has no such testcase (%s)" % (name, entry["message"]))
             continue
         if entry["status"] in ("error", "cut") or not entry["matrices"]:
-            failures.append("%s did not finish: %s" % (name, entry["message"] or (parsed["errors"] or
-                                                                                ["no matrix printed"])[0]))
+            cause = entry["message"] or (parsed["errors"] or ["no matrix printed"])[0]
+            failures.append("%s did not finish: %s" % (name, cause))
             continue
         matrix = entry["matrices"][0]
         summary["description"] = matrix["description"]

@@ -15,7 +15,8 @@ def fixture(name):
         return handle.read().split("# ---- BEGIN VERBATIM ----\n", 1)[1]
 
 
-def verdict(name, testcases=READ, product=None, overrides=None, required=False):
+def verdict(name, testcases=None, product=None, overrides=None, required=False):
+    testcases = testcases or READ
     parsed = nvb.name_waived(nvb.parse(fixture(name)), testcases)
     chosen, why = nvb.product_of(parsed, product)
     threshold, no_threshold = nvb.threshold_for(chosen, overrides) if chosen else (None, why)
@@ -144,11 +145,11 @@ def test_overrides_change_the_floor_or_add_a_model():
     overrides = nvb.validate_overrides({"NVIDIA H100 80GB HBM3": {"fraction": 0.8},
                                         "NVIDIA H800": {"total_gbps": 400, "source": "datasheet"},
                                         "NVIDIA L40S": {"min_gbps": "20"}})
-    h100, _ = nvb.threshold_for("NVIDIA H100 80GB HBM3", overrides)
+    h100, _why = nvb.threshold_for("NVIDIA H100 80GB HBM3", overrides)
     assert h100["min_gbps"] == 360.0 and h100["origin"] == "catalog+override"
-    h800, _ = nvb.threshold_for("NVIDIA H800", overrides)
+    h800, _why = nvb.threshold_for("NVIDIA H800", overrides)
     assert h800["min_gbps"] == 140.0 and h800["source"] == "datasheet" and h800["origin"] == "override"
-    l40s, _ = nvb.threshold_for("NVIDIA L40S", overrides)
+    l40s, _why = nvb.threshold_for("NVIDIA L40S", overrides)
     assert l40s["min_gbps"] == 20.0 and l40s["fraction"] is None and "20.0 GB/s" in l40s["policy"]
 
 
@@ -180,7 +181,7 @@ def test_healthy_h100_passes_with_its_slowest_pair():
 
 
 def test_low_pair_fails_naming_the_pair_and_the_threshold():
-    result, _ = verdict("derived_h100x8_gpu1_to_gpu0_low.txt")
+    result, _why = verdict("derived_h100x8_gpu1_to_gpu0_low.txt")
     assert result["status"] == "fail"
     assert result["reasons"] == ["device_to_device_memcpy_read_ce GPU 1 -> GPU 0: 162.45 GB/s, below 315.00 GB/s "
                                  "(70% of 450 GB/s per direction, NVIDIA H100 80GB HBM3)"]
@@ -188,22 +189,22 @@ def test_low_pair_fails_naming_the_pair_and_the_threshold():
 
 
 def test_the_write_matrix_arrow_points_from_column_to_row():
-    result, _ = verdict("readme_v0.8_d2d_write_ce_8gpu.txt", testcases=["device_to_device_memcpy_write_ce"],
+    result, _why = verdict("readme_v0.8_d2d_write_ce_8gpu.txt", testcases=["device_to_device_memcpy_write_ce"],
                         product="NVIDIA A100-SXM4-80GB")
     assert result["status"] == "pass"
     # row 6, column 0 (274.89) of "GPU(row) <- GPU(column)" is GPU 0 -> GPU 6; the 0.00 diagonal is ignored.
     assert result["worst"] == {"testcase": "device_to_device_memcpy_write_ce", "from_gpu": 0, "to_gpu": 6,
                                "gbps": 274.89}
-    strict, _ = verdict("readme_v0.8_d2d_write_ce_8gpu.txt", testcases=["device_to_device_memcpy_write_ce"],
-                        product="NVIDIA A100-SXM4-80GB",
-                        overrides={"NVIDIA A100-SXM4-80GB": {"min_gbps": 275.0}})
+    strict, _why = verdict("readme_v0.8_d2d_write_ce_8gpu.txt", testcases=["device_to_device_memcpy_write_ce"],
+                           product="NVIDIA A100-SXM4-80GB",
+                           overrides={"NVIDIA A100-SXM4-80GB": {"min_gbps": 275.0}})
     assert strict["status"] == "fail"
     assert strict["reasons"][0] == ("device_to_device_memcpy_write_ce GPU 0 -> GPU 6: 274.89 GB/s, below 275.00 GB/s "
                                     "(92% of 300 GB/s per direction, NVIDIA A100-SXM4-80GB)")
 
 
 def test_a_pair_without_peer_access_fails():
-    result, _ = verdict("derived_h100x8_gpu3_gpu5_no_peer.txt")
+    result, _why = verdict("derived_h100x8_gpu3_gpu5_no_peer.txt")
     assert result["status"] == "fail"
     assert result["reasons"] == ["device_to_device_memcpy_read_ce GPU 3 -> GPU 5: not measured (N/A: no peer access "
                                  "between them)"]
@@ -213,7 +214,7 @@ def test_a_pair_without_peer_access_fails():
 def test_many_low_pairs_are_counted_not_all_listed():
     text = fixture("h100x8_v0.4_d2d_read_ce.txt").replace("370.90", "100.00")
     parsed = nvb.name_waived(nvb.parse(text), READ)
-    threshold, _ = nvb.threshold_for("NVIDIA H100 80GB HBM3")
+    threshold, _why = nvb.threshold_for("NVIDIA H100 80GB HBM3")
     result = nvb.judge(parsed, READ, threshold)
     assert len(result["reasons"]) == nvb.MAX_PAIR_REASONS + 1
     assert result["reasons"][-1].endswith("more pairs below the threshold or not measured")
@@ -244,7 +245,7 @@ def test_mixed_models_or_no_device_list_give_no_product():
 
 def test_waived_on_one_gpu_is_a_skip_on_many_a_failure():
     one = nvb.name_waived(nvb.parse("Device 0: NVIDIA H200 (00000000:18:00)\nWaived: \n"), READ)
-    threshold, _ = nvb.threshold_for("NVIDIA H200")
+    threshold, _why = nvb.threshold_for("NVIDIA H200")
     result = nvb.judge(one, READ, threshold)
     assert result["status"] == "skip"
     assert result["reasons"] == ["device_to_device_memcpy_read_ce was waived: the node has one GPU, no pair to measure"]
@@ -255,7 +256,7 @@ def test_waived_on_one_gpu_is_a_skip_on_many_a_failure():
 
 
 def test_unknown_testcase_and_errors_never_pass():
-    threshold, _ = nvb.threshold_for("NVIDIA H200")
+    threshold, _why = nvb.threshold_for("NVIDIA H200")
     parsed = nvb.name_waived(nvb.parse("ERROR: Testcase device_to_device_memcpy_read_ce not found!\n"), READ)
     result = nvb.judge(parsed, READ, threshold)
     assert result["status"] == "fail" and "this nvbandwidth has no such testcase" in result["reasons"][0]
