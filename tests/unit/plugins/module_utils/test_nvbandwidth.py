@@ -190,7 +190,7 @@ def test_low_pair_fails_naming_the_pair_and_the_threshold():
 
 def test_the_write_matrix_arrow_points_from_column_to_row():
     result, _why = verdict("readme_v0.8_d2d_write_ce_8gpu.txt", testcases=["device_to_device_memcpy_write_ce"],
-                        product="NVIDIA A100-SXM4-80GB")
+                           product="NVIDIA A100-SXM4-80GB")
     assert result["status"] == "pass"
     # row 6, column 0 (274.89) of "GPU(row) <- GPU(column)" is GPU 0 -> GPU 6; the 0.00 diagonal is ignored.
     assert result["worst"] == {"testcase": "device_to_device_memcpy_write_ce", "from_gpu": 0, "to_gpu": 6,
