@@ -74,8 +74,8 @@ DEFAULT_FRACTION = 0.70
 POLICY = ("gpu_native.fleet policy, not an NVIDIA figure: every GPU pair must reach %s of the theoretical NVLink "
           "bandwidth per direction (half the per-GPU total) in a device-to-device memcpy")
 
-_NVLINK4_SOURCE = ("NVIDIA Hopper architecture page (nvidia.com/en-us/technologies/hopper-architecture): fourth-"
-                   "generation NVLink, 900 GB/s bidirectional per GPU in DGX/HGX servers")
+_NVLINK4_SOURCE = ("NVIDIA Hopper architecture page (nvidia.com, technologies/hopper-architecture, read as the en-sg "
+                   "edition): fourth-generation NVLink, 900 GB/s bidirectional per GPU in DGX/HGX servers")
 #: Theoretical NVLink bandwidth per GPU, both directions together (GB/s), keyed by the
 #: product name nvidia-smi and CUDA print.  Only SXM parts whose every GPU pair has
 #: NVLink through NVSwitch are listed: PCIe and NVL (bridge) parts reach some peers
@@ -112,8 +112,8 @@ NVLINK_CATALOG = {
         "sku": "B200 (HGX B200)",
         "nvlink": "NVLink 5, 18 links",
         "total_gbps": 1800.0,
-        "source": "NVIDIA NVLink page (nvidia.com/en-us/data-center/nvlink): a Blackwell GPU supports up to 18 "
-                  "NVLink 100 GB/s connections, 1.8 TB/s in total",
+        "source": "NVIDIA NVLink and NVLink Switch page (nvidia.com, data-center/nvlink; read through resellers' "
+                  "verbatim copies): a Blackwell GPU supports up to 18 NVLink 100 GB/s connections, 1.8 TB/s in total",
     },
 }
 
