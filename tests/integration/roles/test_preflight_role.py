@@ -69,14 +69,10 @@ def sysfs(tmp_path, capture, extra_devices=()):
     return str(root)
 
 
-# The dcgmi timeout fault shortens dcgm_diag's timeout for one host through module_defaults.
 PLAY_HOSTS = """
 - hosts: all:!localhost
   gather_facts: false
   environment: "{{ preflight_test_env }}"
-  module_defaults:
-    gpu_native.fleet.dcgm_diag:
-      timeout: "{{ preflight_test_dcgm_timeout | default(omit) }}"
   roles:
     - role: gpu_native.fleet.preflight
 """
@@ -201,7 +197,7 @@ FAULTS = [
     ("libcuda_missing", dict(preflight_cuda_library="/nonexistent/libcuda.so.1"), "cuda",
      "is the NVIDIA driver installed?"),
     ("pci_count_mismatch", dict(extra_pci=[EXTRA_GPU]), "hardware", "PCI shows 9 NVIDIA GPUs"),
-    ("dcgmi_timeout", dict(env={"DCGMI_STANDIN_SLEEP": "60"}, preflight_test_dcgm_timeout=2), "hardware",
+    ("dcgmi_timeout", dict(env={"DCGMI_STANDIN_SLEEP": "60"}, preflight_dcgm_timeout=2), "hardware",
      "dcgmi did not answer within 2 s"),
     ("no_tokens", dict(serving="empty"), "serving", "returned 0 completion tokens, fewer than min_tokens 8"),
     ("empty_completion", dict(serving="empty-text"), "serving", "returned an empty completion"),
