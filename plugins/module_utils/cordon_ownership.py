@@ -20,7 +20,8 @@ with ``action`` one of ``cordoned`` (schedulable node, cordoned now),
 stopped before handing it back, or this run took it already), ``adopted``
 (an unmarked node that registered with the registration taint),
 ``taken_over`` (cordoned by someone else, ``take_over`` asked for it) or
-``skipped`` (cordoned by someone else; the caller leaves it alone).
+``skipped`` (cordoned by someone else, or by another owner in this same
+run, which is never taken over; the caller leaves it alone).
 ``patch`` is the Node patch to apply (``None``: nothing to change).
 
 ``decide_release(node, owner, keys=None)`` -> ``(released, patch)``:
@@ -200,6 +201,12 @@ def decide_take(node, owner, run_id, now, take_over=False, adopt_registration_ta
         return state, {"metadata": {"annotations": full_mark}}
 
     holder = mark or OUTSIDE
+    if mark and marked_run == run_id:
+        # Another owner of this same run (onboard.yml around the mig role): it hands the node back, never taken over.
+        state.update(action="skipped", holder=holder, owned=False,
+                     reason="cordoned by %s in this same run (run %s): %s hands the node back, %s leaves it cordoned"
+                            % (holder, run_id, holder, owner))
+        return state, None
     if take_over:
         state.update(action="taken_over", holder=owner,
                      reason="cordoned by %s%s; taken over by %s (run %s) as asked"

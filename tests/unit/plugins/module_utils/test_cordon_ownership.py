@@ -124,6 +124,16 @@ def test_take_over_of_another_owners_cordon():
     assert patch == {"metadata": {"annotations": FULL_MARK}}
 
 
+@pytest.mark.parametrize("take_over", [False, True])
+def test_another_owner_of_this_same_run_is_never_taken_over(take_over):
+    # onboard.yml cordons as onboard, then runs the mig role in the same run: mig must leave the cordon to onboard
+    state, patch = take(node(True, mark("onboard", run="run-2")), owner="mig", take_over=take_over)
+    assert state["action"] == "skipped" and not state["owned"] and state["holder"] == "onboard"
+    assert state["reason"] == ("cordoned by onboard in this same run (run run-2): onboard hands the node back, "
+                               "mig leaves it cordoned")
+    assert patch is None
+
+
 def test_take_over_does_not_change_an_uncordoned_or_own_node():
     assert take(node(), take_over=True)[0]["action"] == "cordoned"
     assert take(node(True, mark("preflight")), take_over=True)[0]["action"] == "resumed"
