@@ -396,13 +396,14 @@ ONBOARD_VARS = {"onboard_hosts": "all:!localhost", "onboard_become": False, "onb
                 "onboard_readiness": False, "onboard_mig": False}
 
 
-def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, libcuda):
+def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, libcuda, llm_ports):
     """onboard.yml with the node stack switched off: the cordon, the gates and the join, through node_cordon."""
     (tmp_path / "dcgm-pass.json").write_text(DCGM_PASS)
     registering = [{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"}]
     cases = {"new": HEALTHY, "admin": ADMIN_CORDONED,
              "killed": dict(node=marked("onboard", taints=registering))}
-    result, server = run_fleet(tmp_path, libcuda, cases, play=ONBOARD_PLAY, args=["-e", json.dumps(ONBOARD_VARS)],
+    result, server = run_fleet(tmp_path, libcuda, cases, llm_ports=llm_ports, play=ONBOARD_PLAY,
+                               args=["-e", json.dumps(ONBOARD_VARS)],
                                extra_env={"NVIDIA_SMI_STANDIN_CAPTURE": os.path.join(CAPTURES, "h100x8-healthy"),
                                           "DCGMI_STANDIN_OUTPUT": str(tmp_path / "dcgm-pass.json")})
     try:
