@@ -80,7 +80,7 @@ def summary_table(rows):
         line = []
         for _title, key in COLUMNS:
             value = evicted if key == "evicted" else row.get(key)
-            line.append(_cell(value if value not in (None, "") else "-", 60 if key == "evicted" else 90))
+            line.append(_cell(value if value not in (None, "") else "-", 60 if key == "evicted" else 110))
         line[1] = "%s -> %s" % (line[1], line[2])
         table.append(line)
     table = [line[:2] + line[3:] for line in table]
