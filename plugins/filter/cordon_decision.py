@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Cordon ownership filter: take or release a node's cordon (logic in module_utils/cordon_ownership.py)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils import cordon_ownership
+
+
+def _plain(value):
+    """Ansible's lazy containers and tagged strings as plain Python data."""
+    if isinstance(value, dict):
+        return dict((str(key), _plain(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _bool(value, name):
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise AnsibleFilterError("cordon_decision: %s must be true or false, got %r" % (name, value))
+
+
+def cordon_decision(node, owner, step="take", run_id="", now="", take_over=False, adopt_registration_taint=True,
+                    registration_taint_key=cordon_ownership.REGISTRATION_TAINT_KEY,
+                    owner_annotation=cordon_ownership.OWNER_ANNOTATION,
+                    time_annotation=cordon_ownership.TIME_ANNOTATION,
+                    run_id_annotation=cordon_ownership.RUN_ID_ANNOTATION):
+    """Node object -> ``{state, patch}`` (step take) or ``{released, patch}`` (step release)."""
+    try:
+        keys = cordon_ownership.annotation_keys(owner=_plain(owner_annotation), time=_plain(time_annotation),
+                                                run_id=_plain(run_id_annotation))
+        if step == "take":
+            state, patch = cordon_ownership.decide_take(
+                _plain(node), _plain(owner), _plain(run_id), _plain(now),
+                take_over=_bool(take_over, "take_over"),
+                adopt_registration_taint=_bool(adopt_registration_taint, "adopt_registration_taint"),
+                registration_taint_key=_plain(registration_taint_key) or "", keys=keys)
+            return {"state": state, "patch": patch}
+        if step == "release":
+            released, patch = cordon_ownership.decide_release(_plain(node), _plain(owner), keys=keys)
+            return {"released": released, "patch": patch}
+    except cordon_ownership.CordonError as exc:
+        raise AnsibleFilterError("cordon_decision: %s" % exc)
+    raise AnsibleFilterError("cordon_decision: step must be take or release, got %r" % (step,))
+
+
+class FilterModule(object):
+    """gpu_native.fleet cordon ownership filter."""
+
+    def filters(self):
+        return {"cordon_decision": cordon_decision}
