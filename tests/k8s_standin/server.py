@@ -804,6 +804,7 @@ class Store:
         self.objects = {}  # (group, plural, namespace, name) -> object
         self.revision = 1
         self.changed = threading.Condition(self.lock)
+        self.node_history = []  # see "Node history" below
 
     # -- persistence -------------------------------------------------------
     def load(self):
@@ -921,6 +922,68 @@ def reconcile_daemonsets(store):
                         "observedGeneration": ds["metadata"].get("generation", 1)}
 
 
+# -- Node history (stand-in) ---------------------------------------------------
+# Not an API feature: a test aid.  Every change of a Node's spec.unschedulable
+# (and of its gpu-native.io/ annotations, which carry the cordon ownership mark)
+# is appended to STATE_DIR/node-history.jsonl, one JSON object a line:
+#   {"ts", "revision", "node", "event": "created"|"changed"|"deleted",
+#    "unschedulable": bool, "annotations": {gpu-native.io/...: value}}
+# so a test can replay a whole rollout and assert, for example, that never more
+# than one node was cordoned at a time.  Dry runs write nothing.  Without a
+# state file the lines are kept in Store.node_history only.
+
+NODE_HISTORY_FILE = "node-history.jsonl"
+NODE_HISTORY_ANNOTATION_PREFIXES = ("gpu-native.io/",)
+
+
+def _node_history_view(node):
+    meta = node.get("metadata") or {}
+    annotations = {key: value for key, value in sorted((meta.get("annotations") or {}).items())
+                   if key.startswith(NODE_HISTORY_ANNOTATION_PREFIXES)}
+    return bool((node.get("spec") or {}).get("unschedulable")), annotations
+
+
+def record_node_history(store, old, new):
+    """Append a line when a Node is created or deleted, or its unschedulable flag or marks change (lock held)."""
+    if new is None:
+        event, node = "deleted", old
+    elif old is None:
+        event, node = "created", new
+    else:
+        if _node_history_view(old) == _node_history_view(new):
+            return
+        event, node = "changed", new
+    unschedulable, annotations = _node_history_view(node)
+    entry = {"ts": now_rfc3339(), "revision": store.revision, "node": node["metadata"]["name"], "event": event,
+             "unschedulable": unschedulable if new is not None else False, "annotations": annotations}
+    store.node_history.append(entry)
+    if store.state_path:
+        path = os.path.join(os.path.dirname(store.state_path), NODE_HISTORY_FILE)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def read_node_history(state_dir):
+    """The lines of STATE_DIR/node-history.jsonl as dicts (an empty list when there is none)."""
+    path = os.path.join(state_dir, NODE_HISTORY_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path, "r", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def max_cordoned(history):
+    """The most nodes unschedulable at the same time over a node history (a list of its lines)."""
+    cordoned, most = set(), 0
+    for entry in history:
+        if entry.get("unschedulable"):
+            cordoned.add(entry["node"])
+        else:
+            cordoned.discard(entry["node"])
+        most = max(most, len(cordoned))
+    return most
+
+
 class Api:
     """REST semantics over a Store.  Every public method holds the store lock."""
 
@@ -975,6 +1038,8 @@ class Api:
                                                 if v.get("storage")]}
         ns = new["metadata"].get("namespace", "")
         self.store.objects[self._key(rtype, ns, name)] = new
+        if rtype.kind == "Node" and not rtype.custom:
+            record_node_history(self.store, old, new)
         if rtype.kind in ("Node", "DaemonSet") and not rtype.custom:
             reconcile_daemonsets(self.store)
         self.store.save()
@@ -1218,7 +1283,9 @@ class Api:
             return 200, status
 
     def _remove(self, rtype, namespace, name):
-        del self.store.objects[self._key(rtype, namespace, name)]
+        removed = self.store.objects.pop(self._key(rtype, namespace, name))
+        if rtype.kind == "Node" and not rtype.custom:
+            record_node_history(self.store, removed, None)
         if rtype.kind == "Namespace" and not rtype.custom:
             for key in [k for k in self.store.objects if k[2] == name]:
                 del self.store.objects[key]
@@ -1929,8 +1996,10 @@ def cmd_serve(args):
     kubeconfig = args.kubeconfig_out or os.path.join(args.state_dir, "kubeconfig")
     pidfile = args.pidfile or os.path.join(args.state_dir, "server.pid")
     state_path = os.path.join(args.state_dir, STATE_FILE_NAME)
-    if args.reset and os.path.exists(state_path):
-        os.remove(state_path)
+    if args.reset:
+        for path in (state_path, os.path.join(args.state_dir, NODE_HISTORY_FILE)):
+            if os.path.exists(path):
+                os.remove(path)
 
     if args.daemon:
         # Re-run ourselves detached; return once the kubeconfig is written, so
@@ -2029,7 +2098,8 @@ def main(argv=None):
     parser.add_argument("--pidfile", help="pid file (default STATE_DIR/server.pid)")
     parser.add_argument("--token", help="bearer token clients must send (default: random)")
     parser.add_argument("--daemon", action="store_true", help="detach; return once the kubeconfig is written")
-    parser.add_argument("--reset", action="store_true", help="discard an existing state.json first")
+    parser.add_argument("--reset", action="store_true",
+                        help="discard an existing state.json (and node-history.jsonl) first")
     parser.add_argument("--no-default-crds", action="store_true", help="start without the monitoring.coreos.com "
                                                                        "CRDs")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")

@@ -27,6 +27,11 @@ dest="$work/ansible_collections/gpu_native/fleet"
 mkdir -p "$dest"
 # Tracked and untracked-but-not-ignored files: what a clean clone would hold.
 tests/tools/checkout-files | rsync -a --from0 --files-from=- ./ "$dest/"
+# kubernetes.core (a dependency in galaxy.yml) next to it, as ansible-galaxy installs it, so that
+# validate-modules resolves its doc fragment kubernetes.core.k8s_auth_options (gpu_pod_eviction uses it).
+purelib="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+mkdir -p "$work/ansible_collections/kubernetes"
+rsync -a --exclude __pycache__ "$purelib/ansible_collections/kubernetes/core" "$work/ansible_collections/kubernetes/"
 cd "$dest"
 "$venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
 

@@ -1,0 +1,232 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_native.fleet.gpu_pod_eviction run by ansible-playbook against the Kubernetes API stand-in."""
+import json
+import os
+import shutil
+
+import pytest
+
+NODE = "gpu-node-1"
+RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "6a0c1d7e-3c1e-4d8a-9a43-0d6b7c2f1a01",
+      "controller": True}
+DS = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter",
+      "uid": "2f4e6a8c-1b3d-4e5f-8a9b-0c1d2e3f4a5b", "controller": True}
+
+
+def pod(name, namespace="ml", node=NODE, gpu=None, init_gpu=None, owner=RS, labels=None, phase="Running",
+        volumes=None, annotations=None):
+    container = {"name": "c", "image": "example.invalid/c:1"}
+    if gpu:
+        container["resources"] = {"limits": {gpu: 1}}
+    spec = {"nodeName": node, "containers": [container]}
+    if init_gpu:
+        spec["initContainers"] = [{"name": "init", "image": "example.invalid/i:1",
+                                   "resources": {"requests": {init_gpu: 1}, "limits": {init_gpu: 1}}}]
+    if volumes:
+        spec["volumes"] = volumes
+    meta = {"name": name, "namespace": namespace, "labels": labels or {"app": name}}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def pdb(name, app, namespace="ml", min_available=1):
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}}
+
+
+SEED = [
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "spec": {"unschedulable": True}},
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-2"}},
+    pod("trainer-0", gpu="nvidia.com/gpu"),
+    pod("mig-job", init_gpu="nvidia.com/mig-1g.10gb",
+        owner=dict(RS, kind="Job", name="mig-job", apiVersion="batch/v1")),
+    pod("web-0", namespace="default"),
+    pod("dcgm-exporter-x2k8d", namespace="gpu-operator", gpu="nvidia.com/gpu", owner=DS),
+    pod("finished-job", gpu="nvidia.com/gpu", phase="Succeeded"),
+    pod("trainer-elsewhere", node="gpu-node-2", gpu="nvidia.com/gpu"),
+    pod("kube-proxy-static", namespace="kube-system", owner=None,
+        annotations={"kubernetes.io/config.mirror": "0123456789abcdef"}),
+]
+
+PLAYBOOK = """
+- name: gpu_pod_eviction
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Evict
+      gpu_native.fleet.gpu_pod_eviction: {args}
+      register: eviction
+      ignore_errors: true
+    - name: Keep the result
+      ansible.builtin.copy:
+        content: "{{{{ eviction | to_json }}}}"
+        dest: "{out}"
+        mode: "0600"
+      check_mode: false
+"""
+
+
+def pod_names(server, node=None):
+    with server.store.lock:
+        return sorted("%s/%s" % (k[2], k[3]) for k, v in server.store.objects.items()
+                      if k[1] == "pods" and (node is None or v["spec"].get("nodeName") == node))
+
+
+def names(entries):
+    return sorted("%s/%s" % (e["namespace"], e["pod"]) for e in entries)
+
+
+@pytest.fixture
+def evict(standin_factory, run_playbook, tmp_path):
+    """Seed a stand-in, run the module with ``args``; return (result, server, CompletedProcess)."""
+    def _run(seed, args, check=False, extra_env=None, kubeconfig=True, diff=False):
+        server = standin_factory(seed=seed)
+        config = server.write_kubeconfig(str(tmp_path / "kubeconfig")) if kubeconfig else None
+        out = tmp_path / "result.json"
+        if out.exists():
+            out.unlink()
+        text = PLAYBOOK.format(args=json.dumps(dict({"node": NODE, "wait_sleep": 0.2}, **args)), out=out)
+        proc = run_playbook(text, config, (["--check"] if check else []) + (["--diff"] if diff else []), extra_env)
+        assert out.exists(), proc.stdout
+        return json.loads(out.read_text()), server, proc
+    return _run
+
+
+def test_gpu_pods_are_evicted_and_the_rest_kept(evict):
+    result, server, proc = evict(SEED, {"timeout": 30})
+    assert not result.get("failed"), proc.stdout
+    assert result["changed"] is True
+    assert names(result["evicted"]) == ["ml/mig-job", "ml/trainer-0"]
+    assert pod_names(server) == ["default/web-0", "gpu-operator/dcgm-exporter-x2k8d", "kube-system/kube-proxy-static",
+                                 "ml/finished-job", "ml/trainer-elsewhere"]
+    reasons = {"%s/%s" % (s["namespace"], s["pod"]): s["reason"] for s in result["skipped"]}
+    assert reasons["gpu-operator/dcgm-exporter-x2k8d"].startswith("DaemonSet pod")
+    assert reasons["default/web-0"].startswith("uses no nvidia.com/")
+    assert reasons["ml/finished-job"] == "finished (Succeeded)"
+    assert reasons["kube-system/kube-proxy-static"].startswith("mirror")
+    assert result["blocked"] == [] and result["would_evict"] == []
+
+
+def test_a_node_without_gpu_pods_changes_nothing(evict):
+    seed = [SEED[0], pod("web-0", namespace="default")]
+    result, server, _proc = evict(seed, {})
+    assert result["changed"] is False and result["evicted"] == []
+    assert pod_names(server) == ["default/web-0"]
+
+
+def test_drain_evicts_non_gpu_pods_but_not_daemonset_or_mirror_pods(evict):
+    result, server, proc = evict(SEED, {"drain": True, "timeout": 30})
+    assert not result.get("failed"), proc.stdout
+    assert names(result["evicted"]) == ["default/web-0", "ml/mig-job", "ml/trainer-0"]
+    assert pod_names(server) == ["gpu-operator/dcgm-exporter-x2k8d", "kube-system/kube-proxy-static",
+                                 "ml/finished-job", "ml/trainer-elsewhere"]
+
+
+def test_drain_refuses_emptydir_and_unmanaged_pods_and_evicts_nothing(evict):
+    seed = SEED + [pod("scratch", namespace="default", volumes=[{"name": "tmp", "emptyDir": {}}]),
+                   pod("bare", namespace="default", owner=None)]
+    result, server, _proc = evict(seed, {"drain": True, "timeout": 30})
+    assert result["failed"] is True
+    assert "nothing was evicted" in result["msg"]
+    assert "default/scratch uses emptyDir" in result["msg"] and "delete_emptydir_data=true" in result["msg"]
+    assert "default/bare not managed by a controller" in result["msg"] and "force=true" in result["msg"]
+    assert result["evicted"] == [] and result["changed"] is False
+    assert len(pod_names(server, NODE)) == len([p for p in seed if p["kind"] == "Pod"
+                                                and p["spec"]["nodeName"] == NODE])
+    result, server, _proc = evict(seed, {"drain": True, "delete_emptydir_data": True, "force": True,
+                                         "timeout": 30})
+    assert not result.get("failed"), result
+    assert "default/scratch" in names(result["evicted"]) and "default/bare" in names(result["evicted"])
+
+
+def test_pdb_with_no_disruption_allowed_times_out_into_a_clean_failure(evict):
+    seed = SEED + [pod("serve-0", gpu="nvidia.com/gpu", labels={"app": "serve"}), pdb("serve-pdb", "serve")]
+    result, server, _proc = evict(seed, {"timeout": 2})
+    assert result["failed"] is True
+    msg = result["msg"]
+    assert "\n" not in msg
+    assert "ml/serve-0 (PodDisruptionBudget serve-pdb)" in msg
+    assert "scale the workload up" in msg  # the fix
+    assert [(b["pod"], b["pdb"]) for b in result["blocked"]] == [("serve-0", "serve-pdb")]
+    assert "disruption budget" in result["blocked"][0]["message"]
+    # What was evicted is reported, and nothing beyond it left the node.
+    assert names(result["evicted"]) == ["ml/mig-job", "ml/trainer-0"]
+    assert pod_names(server, NODE) == ["default/web-0", "gpu-operator/dcgm-exporter-x2k8d",
+                                       "kube-system/kube-proxy-static", "ml/finished-job", "ml/serve-0"]
+    assert result["changed"] is True
+
+
+def test_check_mode_lists_the_pods_and_the_blocked_ones_and_changes_nothing(evict):
+    seed = SEED + [pod("serve-0", gpu="nvidia.com/gpu", labels={"app": "serve"}), pdb("serve-pdb", "serve")]
+    result, server, proc = evict(seed, {"timeout": 30}, check=True, diff=True)
+    assert not result.get("failed"), proc.stdout
+    assert result["changed"] is True
+    assert names(result["would_evict"]) == ["ml/mig-job", "ml/serve-0", "ml/trainer-0"]
+    assert [(b["pod"], b["pdb"]) for b in result["blocked"]] == [("serve-0", "serve-pdb")]
+    assert result["evicted"] == []
+    assert len(pod_names(server)) == len([p for p in seed if p["kind"] == "Pod"])
+    assert result["diff"]["before"] == "ml/mig-job\nml/serve-0\nml/trainer-0\n"
+    assert result["diff"]["after"] == "ml/serve-0\n"
+
+
+ERRORS_PLAYBOOK = """
+- name: gpu_pod_eviction refusals
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Unknown node
+      gpu_native.fleet.gpu_pod_eviction: {{node: no-such-node}}
+      register: unknown_node
+      ignore_errors: true
+    - name: Missing kubeconfig
+      gpu_native.fleet.gpu_pod_eviction: {{node: gpu-node-1, kubeconfig: "{missing}"}}
+      register: no_kubeconfig
+      ignore_errors: true
+    - name: Python without the kubernetes client
+      gpu_native.fleet.gpu_pod_eviction: {{node: gpu-node-1}}
+      vars:
+        ansible_python_interpreter: "{python}"
+      register: no_client
+      ignore_errors: true
+    - name: Keep the results
+      ansible.builtin.copy:
+        content: "{{{{ {{'unknown_node': unknown_node, 'no_kubeconfig': no_kubeconfig, 'no_client': no_client}} | to_json }}}}"
+        dest: "{out}"
+        mode: "0600"
+"""
+
+
+def _python_without_kubernetes():
+    import subprocess  # pylint: disable=import-outside-toplevel
+    for candidate in ("/usr/bin/python3", shutil.which("python3")):
+        if candidate and os.path.exists(candidate):
+            proc = subprocess.run([candidate, "-c", "import kubernetes"], capture_output=True, check=False)
+            if proc.returncode != 0:
+                return candidate
+    return None
+
+
+def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors_and_change_nothing(standin_factory, run_playbook,
+                                                                                        tmp_path):
+    python = _python_without_kubernetes()
+    if python is None:
+        pytest.skip("every Python here has the kubernetes client")
+    server = standin_factory(seed=SEED)
+    out = tmp_path / "errors.json"
+    text = ERRORS_PLAYBOOK.format(missing=tmp_path / "absent" / "kubeconfig", python=python, out=out)
+    proc = run_playbook(text, server.write_kubeconfig(str(tmp_path / "kubeconfig")))
+    assert out.exists(), proc.stdout
+    results = json.loads(out.read_text())
+    for result in results.values():
+        assert result["failed"] is True and "\n" not in result["msg"]
+        assert result["evicted"] == [] and result["changed"] is False
+    assert results["unknown_node"]["msg"] == ("node no-such-node not found in the cluster; check the node name "
+                                              "(kubectl get nodes)")
+    assert results["no_kubeconfig"]["msg"].startswith("cannot connect to the Kubernetes API: ")
+    assert "point kubeconfig (or K8S_AUTH_KUBECONFIG) at a valid kubeconfig" in results["no_kubeconfig"]["msg"]
+    assert "Failed to import the required Python library (kubernetes)" in results["no_client"]["msg"]
+    assert "pip install kubernetes" in results["no_client"]["msg"]
+    assert len(pod_names(server)) == len([p for p in SEED if p["kind"] == "Pod"])
