@@ -62,6 +62,7 @@ def test_converge_applied_balanced_and_handed_the_node_back(converged):
     assert labels["nvidia.com/mig.config.state"] == "success"
     assert not converged["spec"].get("unschedulable")
     assert "gpu-native.io/mig.config.failure-reason" not in converged["metadata"].get("annotations", {})
+    assert "gpu-native.io/cordoned-by" not in converged["metadata"].get("annotations", {})  # the mark went with the cordon
 
 
 def test_the_drain_evicted_the_workload_but_not_the_daemonset_pod():
@@ -119,6 +120,7 @@ def test_the_refused_apply_left_the_node_cordoned_with_state_failed(node, events
     assert labels["nvidia.com/mig.config"] == "balanced"  # the last layout that was applied
     reason = node["metadata"]["annotations"]["gpu-native.io/mig.config.failure-reason"]
     assert "mig -i 1 -dci" in reason and "In use by another client" in reason
+    assert node["metadata"]["annotations"]["gpu-native.io/cordoned-by"] == "mig"  # a re-run resumes and hands it back
     assert [e["reason"] for e in events[5:]] == ["MigConfigCordoned", "MigConfigPending", "MigGpuClientsPaused",
                                                  "MigConfigFailed", "MigGpuClientsRestored"]
     assert events[-2]["type"] == "Warning"

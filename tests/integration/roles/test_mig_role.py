@@ -13,6 +13,7 @@ STANDIN = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
 CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "labels": {"team": "ml"}},
         "spec": {"podCIDR": "10.244.1.0/24"}}
+MARKS = ("gpu-native.io/cordoned-by", "gpu-native.io/cordoned-at", "gpu-native.io/run-id")
 MUTATING = ("-cgi", "-dci", "-dgi", "-mig", "-r")
 CONFIG = {"version": "v1", "mig-configs": {
     "balanced": [{"devices": [0, 1], "mig-enabled": True, "mig-devices": {"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}},
@@ -131,6 +132,7 @@ def test_apply_cordons_first_labels_pending_then_success_and_uncordons(node):
     assert obj["metadata"]["labels"]["nvidia.com/mig.config"] == "balanced"
     assert obj["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
     assert not obj["spec"].get("unschedulable")
+    assert not set(MARKS) & set(obj["metadata"].get("annotations", {}))
     events = node.events()
     assert [e["reason"] for e in events] == ["MigConfigCordoned", "MigConfigPending", "MigConfigSuccess"]
     mutating = node.mutating()
@@ -170,13 +172,45 @@ def test_failed_apply_leaves_the_node_cordoned_with_state_failed(node):
     reason = obj["metadata"]["annotations"]["gpu-native.io/mig.config.failure-reason"]
     assert "mig -i 1 -dci" in reason and "In use by another client" in reason
     assert node.events()[-1]["reason"] == "MigConfigFailed"
-    # fixed and re-run: success removes the annotation; the node was cordoned when this run began, so it stays so
+    assert obj["metadata"]["annotations"]["gpu-native.io/cordoned-by"] == "mig"             # the cordon is the role's own
+    # fixed and re-run: the role finds its own mark, finishes the job and hands the node back
     node.set_state(busy=[])
-    assert node.play("all-1g").returncode == 0
+    result = node.play("all-1g")
+    assert result.returncode == 0, result.stdout
+    assert "resumed: already cordoned by mig" in result.stdout
     obj = node.object()
     assert obj["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
     assert "gpu-native.io/mig.config.failure-reason" not in obj["metadata"].get("annotations", {})
-    assert obj["spec"]["unschedulable"] is True
+    assert not obj["spec"].get("unschedulable")
+    assert not set(MARKS) & set(obj["metadata"].get("annotations", {}))
+
+
+def test_apply_marks_the_cordon_as_the_roles_own_while_it_works(node):
+    node.set_state(busy=[1])  # the apply fails after the cordon: the mark is left for a re-run to find
+    assert node.play("balanced").returncode != 0
+    annotations = node.object()["metadata"]["annotations"]
+    assert annotations["gpu-native.io/cordoned-by"] == "mig"
+    assert set(MARKS) <= set(annotations)
+
+
+@pytest.mark.parametrize("owner", [None, "onboard"], ids=["admin", "onboard"])
+def test_a_node_cordoned_by_someone_else_stays_cordoned_after_the_change(tmp_path, owner):
+    annotations = {"ops.example.com/reason": "RMA"} if owner is None else {
+        "gpu-native.io/cordoned-by": owner, "gpu-native.io/cordoned-at": "2026-11-29T08:00:00Z",
+        "gpu-native.io/run-id": "onboard-run"}
+    cordoned = json.loads(json.dumps(NODE))
+    cordoned["spec"]["unschedulable"] = True
+    cordoned["metadata"]["annotations"] = annotations
+    for node in _node(tmp_path, [cordoned]):
+        result = node.play("balanced")
+        assert result.returncode == 0, result.stdout
+        obj = node.object()
+        assert obj["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"   # the layout was applied
+        assert obj["spec"]["unschedulable"] is True                                   # and the cordon kept
+        assert obj["metadata"]["annotations"] == annotations                          # with its owner's mark
+        holder = "someone outside gpu_native.fleet" if owner is None else owner
+        assert "skipped: cordoned by %s" % holder in result.stdout
+        assert "kept: cordoned by %s" % holder in result.stdout
 
 
 def test_invalid_layout_touches_nothing(node):
@@ -191,9 +225,11 @@ def test_invalid_layout_touches_nothing(node):
 def test_check_mode_changes_nothing(node):
     result = node.play("balanced", "--check")
     assert result.returncode == 0, result.stdout
+    assert "gpu-node-1: cordoned: cordoned by mig" in result.stdout   # says what it would do
     assert node.mutating() == [] and node.events() == []
     obj = node.object()
     assert not obj["spec"].get("unschedulable") and "nvidia.com/mig.config.state" not in obj["metadata"]["labels"]
+    assert not set(MARKS) & set(obj["metadata"].get("annotations", {}))
 
 
 def test_pending_mode_change_is_finished_with_a_reset(node):

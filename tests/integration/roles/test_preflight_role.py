@@ -120,7 +120,7 @@ def pod_for(case):
     return pod
 
 
-def run_fleet(tmp_path, libcuda, cases, check=False):
+def run_fleet(tmp_path, libcuda, cases, check=False, play=PLAY_HOSTS, args=(), extra_env=None):
     """One ansible-playbook run over several simulated nodes; returns (result, server, folder of each case)."""
     seed = [GPU_OPERATOR_NS]
     inventory = {"all": {"hosts": {}}}
@@ -133,9 +133,9 @@ def run_fleet(tmp_path, libcuda, cases, check=False):
         inventory["all"]["hosts"][case] = host_vars(tmp_path, libcuda, case, **spec)
     server, kubeconfig = start_k8s_standin(tmp_path, seed)
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(PLAY_HOSTS)
-    args = ["-i", str(tmp_path / "inventory.json"), "--forks", "4"] + (["--check"] if check else [])
-    result = run_ansible_playbook(str(tmp_path / "play.yml"), kubeconfig, args)
+    (tmp_path / "play.yml").write_text(play)
+    args = ["-i", str(tmp_path / "inventory.json"), "--forks", "4"] + (["--check"] if check else []) + list(args)
+    result = run_ansible_playbook(str(tmp_path / "play.yml"), kubeconfig, args, extra_env=extra_env)
     return result, server
 
 
@@ -172,12 +172,28 @@ FAULTS = [
 HEALTHY = dict(node=node_object(taints=[{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"},
                                         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]))
 ADMIN_CORDONED = dict(node=node_object(unschedulable=True, annotations={"ops.example.com/reason": "RMA"}))
+MARKS = ("gpu-native.io/cordoned-by", "gpu-native.io/cordoned-at", "gpu-native.io/run-id")
+
+
+def marked(owner, run_id="killed-run-1", **kwargs):
+    """A node cordoned by `owner` in an earlier run (one that was killed before it handed the node back)."""
+    return node_object(unschedulable=True, annotations={
+        "gpu-native.io/cordoned-by": owner, "gpu-native.io/cordoned-at": "2026-11-29T08:00:00Z",
+        "gpu-native.io/run-id": run_id}, **kwargs)
+
+
+CORDON_CASES = {
+    "admin_take_over": dict(ADMIN_CORDONED, preflight_take_over_cordon=True),
+    "killed_run": dict(node=marked("preflight")),
+    "mig_cordoned": dict(node=marked("mig", run_id="mig-run")),
+}
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, libcuda):
     folder = tmp_path_factory.mktemp("fleet")
     cases = {"healthy": HEALTHY, "admin_cordoned": ADMIN_CORDONED}
+    cases.update(CORDON_CASES)
     cases.update((name, kwargs) for name, kwargs, _gate, _reason in FAULTS)
     result, server = run_fleet(folder, libcuda, cases)
     yield Fleet(result, server, folder)
@@ -221,14 +237,95 @@ def test_node_cordoned_by_an_admin_stays_cordoned(fleet):
         " ".join(fleet.result.stdout.split())
 
 
+def test_node_cordoned_by_an_admin_keeps_its_cordon_untouched(fleet):
+    node = fleet.node("admin_cordoned")
+    assert node["metadata"]["annotations"] == {"ops.example.com/reason": "RMA"}   # no mark of ours
+    assert "gpu-admin-cordoned: skipped: cordoned by someone outside gpu_native.fleet, not by preflight" in \
+        " ".join(fleet.result.stdout.split())
+
+
+def test_taking_over_an_admin_cordon_is_opt_in_and_the_node_joins(fleet):
+    node = fleet.node("admin_take_over")
+    assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
+    assert not node["spec"].get("unschedulable")
+    assert not set(MARKS) & set(node["metadata"]["annotations"])
+    assert "gpu-admin-take-over: taken_over: cordoned by someone outside gpu_native.fleet; taken over by preflight" \
+        in " ".join(fleet.result.stdout.split())
+
+
+def test_a_run_killed_after_cordoning_is_resumed_and_the_passed_node_joins(fleet):
+    node = fleet.node("killed_run")
+    assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
+    assert not node["spec"].get("unschedulable")
+    assert not set(MARKS) & set(node["metadata"]["annotations"])
+    assert "gpu-killed-run: resumed: already cordoned by preflight (run killed-run-1" in \
+        " ".join(fleet.result.stdout.split())
+
+
+def test_a_cordon_held_by_another_owner_is_never_released(fleet):
+    node = fleet.node("mig_cordoned")
+    assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"]["gpu-native.io/cordoned-by"] == "mig"
+    assert node["metadata"]["annotations"]["gpu-native.io/run-id"] == "mig-run"
+    assert "gpu-mig-cordoned passed but stays cordoned: it was cordoned by mig" in " ".join(fleet.result.stdout.split())
+
+
 def test_check_mode_runs_the_gates_and_changes_nothing(tmp_path, libcuda):
-    result, server = run_fleet(tmp_path, libcuda, {"failing": dict(dcgm=DCGM_FAIL)}, check=True)
+    cases = {"failing": dict(dcgm=DCGM_FAIL), "killed_run": dict(node=marked("preflight")),
+             "admin_take_over": CORDON_CASES["admin_take_over"]}
+    before = dict((case, node_for(case, spec["node"])) for case, spec in cases.items() if "node" in spec)
+    result, server = run_fleet(tmp_path, libcuda, cases, check=True)
     try:
         assert result.returncode == 0, result.stdout[-3000:]
         assert "gpu-failing: FAILED" in result.stdout and "memory on GPU 3" in result.stdout
         node = api_get(server, "/api/v1/nodes/gpu-failing")
         assert not node["spec"].get("unschedulable")
         assert "gpu-native.io/preflight" not in node["metadata"]["labels"]
+        assert not set(MARKS) & set(node["metadata"].get("annotations", {}))
         assert not (tmp_path / "failing" / "textfile" / "gpu_native_preflight.prom").exists()
+        for case, seeded in before.items():   # the cordons are reported, not changed
+            node = api_get(server, "/api/v1/nodes/" + node_name(case))
+            assert node["spec"]["unschedulable"] is True
+            assert node["metadata"]["annotations"] == seeded["metadata"]["annotations"]
+        text = " ".join(result.stdout.split())
+        assert "gpu-killed-run: resumed:" in text and "gpu-admin-take-over: taken_over:" in text
+    finally:
+        server.stop()
+
+
+ONBOARD_PLAY = """
+- ansible.builtin.import_playbook: gpu_native.fleet.onboard
+"""
+ONBOARD_VARS = {"onboard_hosts": "all:!localhost", "onboard_become": False, "onboard_gather_facts": False,
+                "onboard_driver": False, "onboard_toolkit": False, "onboard_containerd": False,
+                "onboard_readiness": False, "onboard_mig": False}
+
+
+def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, libcuda):
+    """onboard.yml with the node stack switched off: the cordon, the gates and the join, through node_cordon."""
+    (tmp_path / "dcgm-pass.json").write_text(DCGM_PASS)
+    registering = [{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"}]
+    cases = {"new": HEALTHY, "admin": ADMIN_CORDONED,
+             "killed": dict(node=marked("onboard", taints=registering))}
+    result, server = run_fleet(tmp_path, libcuda, cases, play=ONBOARD_PLAY, args=["-e", json.dumps(ONBOARD_VARS)],
+                               extra_env={"NVIDIA_SMI_STANDIN_CAPTURE": os.path.join(CAPTURES, "h100x8-healthy"),
+                                          "DCGMI_STANDIN_OUTPUT": str(tmp_path / "dcgm-pass.json")})
+    try:
+        assert result.returncode == 0, result.stdout[-4000:]
+        text = " ".join(result.stdout.split())
+        for case in ("new", "killed"):
+            node = api_get(server, "/api/v1/nodes/" + node_name(case))
+            assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed", case
+            assert not node["spec"].get("unschedulable"), case
+            assert not set(MARKS) & set(node["metadata"].get("annotations", {})), case
+            assert "gpu-native.io/unvalidated" not in [t["key"] for t in node["spec"].get("taints") or []], case
+        assert "gpu-killed: resumed: already cordoned by onboard (run killed-run-1" in text
+        admin = api_get(server, "/api/v1/nodes/gpu-admin")
+        assert admin["spec"]["unschedulable"] is True
+        assert admin["metadata"]["annotations"] == {"ops.example.com/reason": "RMA"}
+        assert "gpu-native.io/preflight" not in admin["metadata"]["labels"]     # no gates ran there
+        summary = [line for line in result.stdout.splitlines() if "gpu-admin " in line]
+        assert summary and "skipped" in summary[-1] and "cordoned by someone outside gpu_native.fleet" in summary[-1]
     finally:
         server.stop()
