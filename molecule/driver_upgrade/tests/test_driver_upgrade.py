@@ -32,9 +32,13 @@ def summary(log):
     """The summary table's rows of a run's output, by node."""
     rows = {}
     for line in log.splitlines():
-        cells = line.strip().strip('",').split()
-        if cells and cells[0] in NODES:
-            rows[cells[0]] = line.strip().strip('",')
+        line = line.strip()
+        if line.startswith("- "):
+            line = line[2:]
+        line = line.strip("\"',")
+        cells = line.split()
+        if cells and cells[0] in NODES and " -> " in line:
+            rows[cells[0]] = line
     return rows
 
 
