@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Rolling upgrade filters (logic in module_utils/upgrade.py)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils import upgrade
+
+
+def _plain(value):
+    """Ansible's lazy containers and tagged strings as plain Python data."""
+    if isinstance(value, dict):
+        return dict((str(key), _plain(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def upgrade_summary(rows):
+    """The summary table of a rolling upgrade."""
+    if not isinstance(rows, list):
+        raise AnsibleFilterError("upgrade_summary expects a list of rows, got %s" % type(rows).__name__)
+    try:
+        return upgrade.summary_table(_plain(rows))
+    except upgrade.UpgradeError as exc:
+        raise AnsibleFilterError("upgrade_summary: %s" % exc)
+
+
+def upgrade_at_version(installed, requested):
+    """Whether the installed package version is the requested one (exact or its upstream version)."""
+    return upgrade.at_version(_plain(installed), _plain(requested))
+
+
+def upgrade_budget_spent(failed, total, max_fail_percentage=0):
+    """Whether the failed nodes spent the failure budget (more than max_fail_percentage percent of total)."""
+    try:
+        return upgrade.budget_spent(_plain(failed), _plain(total), _plain(max_fail_percentage))
+    except upgrade.UpgradeError as exc:
+        raise AnsibleFilterError("upgrade_budget_spent: %s. Fix: set upgrade_max_fail_percentage to 0-100." % exc)
+
+
+def upgrade_max_unavailable(value):
+    """upgrade_max_unavailable checked and returned as Ansible's serial takes it (count or percentage)."""
+    try:
+        return upgrade.max_unavailable(_plain(value))
+    except upgrade.UpgradeError as exc:
+        raise AnsibleFilterError("%s. Fix: set upgrade_max_unavailable to e.g. 1 or 25%%." % exc)
+
+
+class FilterModule(object):
+    """gpu_native.fleet rolling upgrade filters."""
+
+    def filters(self):
+        return {
+            "upgrade_summary": upgrade_summary,
+            "upgrade_at_version": upgrade_at_version,
+            "upgrade_budget_spent": upgrade_budget_spent,
+            "upgrade_max_unavailable": upgrade_max_unavailable,
+        }
