@@ -52,9 +52,28 @@ fi
 awk '/TASK \[Print the fleet summary\]/ {show = 1} show && /^PLAY RECAP/ {exit} show' "$log" \
   | sed -n '/msg:/,$p' | sed -e 's/^ *- //' -e '/^ *msg:/d' -e "s/^'//" -e "s/'$//"
 # What the kubernetes gate expected of the MIG node, as the run printed it (counted from the node's facts).
-awk '/TASK \[gpu_native.fleet.preflight : Show the allocatable against what the node should offer\]/ {show = 1}
-     show && /gn-onboard-a100-mig/ {mig = 1} show && mig && /expected_from|"expected"/ {print} show && mig && /^$/ {exit}' \
-  "$log" | grep -m1 expected_from | sed -e 's/^ *"expected_from": "/== gpu-a100-mig-01 (an A100 from a real capture; no H200 capture exists yet): kubernetes gate /' -e 's/",\{0,1\}$//'
+python3 - "$log" <<'PY'
+import sys
+import yaml
+lines = open(sys.argv[1]).read().splitlines()
+for number, line in enumerate(lines):
+    if "Show the allocatable against what the node should offer" in line:
+        for offset, host_line in enumerate(lines[number + 1:number + 200]):
+            if host_line.startswith("TASK ["):
+                break
+            if host_line.startswith("ok: [gn-onboard-a100-mig]"):
+                body = []
+                for item in lines[number + offset + 2:]:
+                    if item and not item[0].isspace():
+                        break
+                    body.append(item)
+                msg = (yaml.safe_load("\n".join(body)) or {}).get("msg") or {}
+                counts = ", ".join("%s: %s expected, %s allocatable" % (name, row.get("expected"), row.get("actual"))
+                                   for name, row in sorted((msg.get("resources") or {}).items()))
+                print("== gpu-a100-mig-01, an A100 from a real capture (no H200 capture exists yet): the kubernetes gate")
+                print("   %s (%s)" % (counts, msg.get("expected_from")))
+                sys.exit(0)
+PY
 kubeconfig="$repo/.cache/k8s-standin/onboard/kubeconfig"
 echo "== the nodes in the Kubernetes API (stand-in)"
 python3 - "$kubeconfig" <<'PY'
