@@ -13,7 +13,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_preflight_role import CAPTURES, Fleet, libcuda, node_object, run_fleet  # noqa: E402,F401
+from test_preflight_role import CAPTURES, Fleet, libcuda, node_object, run_fleet  # noqa: E402,F401  # pylint: disable=unused-import
 
 A100_CAPTURE = "a100-sxm4-80gb-mig"
 A100_GFD = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "1",
