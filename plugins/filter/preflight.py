@@ -46,15 +46,46 @@ def preflight_verdict(results, required=None, node="", timestamp=None):
     return decision
 
 
-def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=None):
-    """``{status, reasons, details}`` of the kubernetes gate."""
+COUNTING_KEYS = ("gpus", "gpu_count", "device_plugin", "mig_state")
+
+
+def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=None, counting=None):
+    """``{status, reasons, details}`` of the kubernetes gate.
+
+    ``expected_resources`` (the override) is compared as given; when it is
+    empty and ``counting`` is given, the expectation is computed from the
+    node's facts by ``preflight.expected_allocatable``.
+    """
     expected = _plain(expected_resources or {})
     if not isinstance(expected, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                  for v in expected.values()):
         raise AnsibleFilterError("preflight_kubernetes_gate: expected_resources must map resource names to counts, "
                                  "got %r" % (expected,))
-    status, reasons, details = preflight.kubernetes_gate(_plain(node), _plain(pods or []), expected,
-                                                         _plain(facts or {}))
+    node = _plain(node)
+    unknown = {}
+    basis = None
+    computed = None
+    if expected:
+        basis = "preflight_expected_resources"
+    elif counting:
+        counting = _plain(counting)
+        if not isinstance(counting, dict) or any(key not in COUNTING_KEYS for key in counting):
+            raise AnsibleFilterError("preflight_kubernetes_gate: counting takes only the keys %s, got %r"
+                                     % (", ".join(COUNTING_KEYS), counting))
+        metadata = (node.get("metadata") or {}) if isinstance(node, dict) else {}
+        try:
+            computed = preflight.expected_allocatable(
+                counting.get("gpus"), counting.get("gpu_count"), counting.get("device_plugin"),
+                counting.get("mig_state"), metadata.get("name"), metadata.get("labels"))
+        except preflight.PreflightError as exc:
+            return {"status": preflight.FAIL, "details": {},
+                    "reasons": ["the expected allocatable cannot be counted: %s" % exc]}
+        expected, unknown, basis = computed["expected"], computed["unknown"], computed["basis"]
+    status, reasons, details = preflight.kubernetes_gate(node, _plain(pods or []), expected,
+                                                         _plain(facts or {}), unknown=unknown, basis=basis)
+    if computed is not None:
+        details["counting"] = computed
+    details["expected_from"] = basis
     return {"status": status, "reasons": reasons, "details": details}
 
 

@@ -130,6 +130,8 @@ class _Gpu(object):
             "pci_bus_id": self.pci_bus_id,
             "uuid": self.uuid,
             "product": self.product,
+            "mig_enabled": self.mig_enabled,
+            "mig_devices": self.mig_device_count,
             "healthy": not self.problems,
             "problems": list(self.problems),
             "notes": list(self.notes),

@@ -214,6 +214,12 @@ gpus:
     product:
       description: Product name, null when unknown (for example C(ERR!)).
       type: str
+    mig_enabled:
+      description: Whether nvidia-smi reports MIG mode Enabled for the GPU.
+      type: bool
+    mig_devices:
+      description: The MIG devices nvidia-smi lists for the GPU (0 with MIG off).
+      type: int
     healthy:
       description: Whether the GPU has no problem.
       type: bool

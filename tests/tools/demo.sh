@@ -28,10 +28,12 @@ fi
 
 cat <<'BANNER'
 == gpu_native.fleet demo: onboarding a simulated GPU fleet
-   3 GPU nodes as Debian 12 test hosts; their GPUs are SIMULATED from real nvidia-smi captures:
-     gpu-h100-01  8x H100 80GB HBM3, healthy
-     gpu-a40-07   8x A40, GPU 4 shows ERR! after Xid 119 (nvidia-smi still exits 0)
-     gpu-h100-02  8x H100, but its driver (565.57.01) drifts from the fleet standard (550.127.08)
+   4 GPU nodes as Debian 12 test hosts; their GPUs are SIMULATED from real nvidia-smi captures:
+     gpu-h100-01      8x H100 80GB HBM3, healthy
+     gpu-a40-07       8x A40, GPU 4 shows ERR! after Xid 119 (nvidia-smi still exits 0)
+     gpu-h100-02      8x H100, but its driver (565.57.01) drifts from the fleet standard (550.127.08)
+     gpu-a100-mig-01  A100 SXM4 80GB with a MIG layout assigned (4x 1g.20gb, device plugin strategy mixed).
+                      It is an A100, from a real capture, because no H200 capture exists yet.
    The Kubernetes API is a stand-in; the nodes registered with the gpu-native.io/unvalidated taint.
    Gates: spec, hardware (gpu_health + dcgmi), kubernetes run for real; cuda and serving are skipped
    (no CUDA driver and no model server exist without a GPU), and the report says so.
@@ -49,6 +51,29 @@ fi
 # The fleet summary is the last debug message of the run.
 awk '/TASK \[Print the fleet summary\]/ {show = 1} show && /^PLAY RECAP/ {exit} show' "$log" \
   | sed -n '/msg:/,$p' | sed -e 's/^ *- //' -e '/^ *msg:/d' -e "s/^'//" -e "s/'$//"
+# What the kubernetes gate expected of the MIG node, as the run printed it (counted from the node's facts).
+python3 - "$log" <<'PY'
+import sys
+import yaml
+lines = open(sys.argv[1]).read().splitlines()
+for number, line in enumerate(lines):
+    if "Show the allocatable against what the node should offer" in line:
+        for offset, host_line in enumerate(lines[number + 1:number + 200]):
+            if host_line.startswith("TASK ["):
+                break
+            if host_line.startswith("ok: [gn-onboard-a100-mig]"):
+                body = []
+                for item in lines[number + offset + 2:]:
+                    if item and not item[0].isspace():
+                        break
+                    body.append(item)
+                msg = (yaml.safe_load("\n".join(body)) or {}).get("msg") or {}
+                counts = ", ".join("%s: %s expected, %s allocatable" % (name, row.get("expected"), row.get("actual"))
+                                   for name, row in sorted((msg.get("resources") or {}).items()))
+                print("== gpu-a100-mig-01, an A100 from a real capture (no H200 capture exists yet): the kubernetes gate")
+                print("   %s (%s)" % (counts, msg.get("expected_from")))
+                sys.exit(0)
+PY
 kubeconfig="$repo/.cache/k8s-standin/onboard/kubeconfig"
 echo "== the nodes in the Kubernetes API (stand-in)"
 python3 - "$kubeconfig" <<'PY'
@@ -61,8 +86,10 @@ request = urllib.request.Request(server + "/api/v1/nodes", headers={"Authorizati
 for node in json.load(urllib.request.urlopen(request))["items"]:
     meta = node["metadata"]
     state = "cordoned" if node["spec"].get("unschedulable") else "schedulable"
-    print("%-12s %-11s preflight=%-6s %s" % (meta["name"], state, meta.get("labels", {}).get("gpu-native.io/preflight", "-"),
-                                           meta.get("annotations", {}).get("gpu-native.io/preflight-reasons", "")[:110]))
+    devices = ",".join("%s=%s" % (k[len("nvidia.com/"):], v) for k, v in sorted(node["status"].get("allocatable", {}).items())
+                       if k.startswith("nvidia.com/"))
+    print("%-15s %-11s preflight=%-6s %-14s %s" % (meta["name"], state, meta.get("labels", {}).get("gpu-native.io/preflight", "-"),
+                                                devices, meta.get("annotations", {}).get("gpu-native.io/preflight-reasons", "")[:90]))
 PY
 echo "== the nightly compliance job on the same fleet (tools/fleet_report.py runs compliance.yml through ansible-runner)"
 reports="$repo/.cache/demo/reports"

@@ -1,5 +1,6 @@
 """Verify onboarding on the simulated fleet: only the healthy node joined; the others stay cordoned and say why."""
-testinfra_hosts = ["podman://gn-onboard-h100", "podman://gn-onboard-a40-err", "podman://gn-onboard-h100-drift"]
+testinfra_hosts = ["podman://gn-onboard-h100", "podman://gn-onboard-a40-err", "podman://gn-onboard-h100-drift",
+                   "podman://gn-onboard-a100-mig"]
 
 import os  # noqa: E402
 
@@ -8,7 +9,8 @@ from kubernetes import client, config  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 STANDIN_DIR = os.path.join(REPO, ".cache", "k8s-standin", "onboard")
-NODE_OF = {"gn-onboard-h100": "gpu-h100-01", "gn-onboard-a40-err": "gpu-a40-07", "gn-onboard-h100-drift": "gpu-h100-02"}
+NODE_OF = {"gn-onboard-h100": "gpu-h100-01", "gn-onboard-a40-err": "gpu-a40-07", "gn-onboard-h100-drift": "gpu-h100-02",
+           "gn-onboard-a100-mig": "gpu-a100-mig-01"}
 METRICS = "/var/lib/prometheus/node-exporter/gpu_native_preflight.prom"
 
 
@@ -58,6 +60,21 @@ def test_drifted_node_fails_spec_and_stays_cordoned(host, core):
     reasons = node.metadata.annotations["gpu-native.io/preflight-reasons"]
     assert reasons.startswith("spec: spec drift against profile h100-demo") and "550.127.08" in reasons
     assert "hardware:" not in reasons
+
+
+def test_mig_node_joined_with_its_mig_instances_counted(host, core):
+    if node_of(host) != "gpu-a100-mig-01":
+        pytest.skip("the MIG node only")
+    node = core.read_node("gpu-a100-mig-01")
+    assert not node.spec.unschedulable
+    assert node.metadata.labels["gpu-native.io/preflight"] == "passed"
+    assert [t.key for t in node.spec.taints or []] == []
+    metrics = host.file(METRICS).content_string
+    assert 'gpu_native_preflight_gate_passed{node="gpu-a100-mig-01",gate="kubernetes"} 1' in metrics
+    assert 'gpu_native_preflight_passed{node="gpu-a100-mig-01"} 1' in metrics
+    # The layout assigned to the node is the one the capture shows, so the mig role found it in sync.
+    lgi = host.check_output("nvidia-smi mig -lgi")
+    assert lgi.count("MIG 1g.20gb") == 4
 
 
 def test_every_node_got_the_containerd_handler(host):
