@@ -1,6 +1,6 @@
 """The agent's metrics through a real node_exporter and a real Prometheus (Debian's packages).
 
-Each GPU host runs prometheus-node-exporter with the textfile collector on the agent's folder; the third host runs
+Each GPU host runs prometheus-node-exporter with the textfile collector on the agent's folder; the faulty host also runs
 prometheus, scraping both every 2s and evaluating the role's rules (the plain rules file converge wrote there).
 """
 import json
@@ -9,12 +9,11 @@ import time
 
 import pytest
 
-testinfra_hosts = ["podman://gn-gpu_readiness-healthy", "podman://gn-gpu_readiness-faulty",
-                   "podman://gn-gpu_readiness-prometheus"]
+testinfra_hosts = ["podman://gn-gpu_readiness-healthy", "podman://gn-gpu_readiness-faulty"]
 
 METRICS = "/var/lib/prometheus/node-exporter/gpu_native_readiness.prom"
 RULES = "/etc/prometheus/rules/gpu_native_readiness.yml"
-PROMETHEUS = "gn-gpu_readiness-prometheus"
+PROMETHEUS = "gn-gpu_readiness-faulty"  # also a GPU host: Prometheus needs no container of its own
 HEALTHY_NODE, FAULTY_NODE = "gpu-h100-01", "gpu-a40-07"
 FAULTY_GPU = {"node": FAULTY_NODE, "gpu": "4", "pci_bus_id": "0000:83:00.0",
               "uuid": "GPU-a40c0de4-0000-4000-8000-000000000004"}
@@ -60,13 +59,7 @@ def on(host, name):
         pytest.skip("checked on %s" % name)
 
 
-def gpu_host(host):
-    if host.backend.get_hostname() == PROMETHEUS:
-        pytest.skip("no GPU agent on the Prometheus host")
-
-
 def test_node_exporter_serves_every_agent_series(host):
-    gpu_host(host)
     written = series(host.file(METRICS).content_string)
     scraped = series(http_get(host, "http://127.0.0.1:9100/metrics"))
     assert len([name for name, _labels in written if name == "gpu_native_gpu_healthy"]) == 8  # one per GPU
@@ -79,7 +72,6 @@ def test_node_exporter_serves_every_agent_series(host):
 
 
 def test_node_exporter_runs_with_the_textfile_directory(host):
-    gpu_host(host)
     assert host.service("prometheus-node-exporter").is_running
     assert "--collector.textfile.directory=/var/lib/prometheus/node-exporter" in \
         host.file("/etc/default/prometheus-node-exporter").content_string
