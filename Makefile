@@ -11,6 +11,8 @@ BIN         := $(VENV)/bin
 CACHE       := .cache
 COLL_ROOT   := $(CACHE)/collections
 SCENARIO    ?=
+# pytest-xdist workers for unit and integration (the CI machine has 2 cores; 1 runs them in one process).
+TEST_WORKERS ?= 2
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(abspath $(COLL_ROOT))
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
@@ -65,10 +67,10 @@ collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 	@ln -sfn $(abspath .) $(COLL_ROOT)/ansible_collections/gpu_native/fleet
 
 unit: venv collection-link ## pytest tests/unit
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
 
 integration: venv collection-link ## pytest tests/integration (roles run by ansible-playbook against the stand-ins)
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 fuzz: venv collection-link ## pytest tests/fuzz (property-based; FUZZ_EXAMPLES=n for a longer run)
 	$(BIN)/pytest -q tests/fuzz
