@@ -29,6 +29,8 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils.json_limits import json_nesting_exceeds
+
 #: Inputs above this are refused (a level-4 run on 8 GPUs prints ~200 KB).
 MAX_INPUT_CHARS = 8 * 1024 * 1024
 #: JSON nesting deeper than this is refused before ``json`` recurses.
@@ -70,26 +72,8 @@ def _status(word):
 
 def _check_depth(text):
     """Refuse nesting deeper than MAX_JSON_DEPTH without recursing."""
-    depth = 0
-    in_string = False
-    escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            continue
-        if char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise DcgmParseError("the JSON is nested deeper than %d levels" % MAX_JSON_DEPTH)
-        elif char in "]}":
-            depth -= 1
+    if json_nesting_exceeds(text, MAX_JSON_DEPTH):
+        raise DcgmParseError("the JSON is nested deeper than %d levels" % MAX_JSON_DEPTH)
 
 
 def _messages(value):

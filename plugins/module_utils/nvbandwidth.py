@@ -41,6 +41,8 @@ import json
 import math
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils.json_limits import json_nesting_exceeds
+
 #: Inputs above this are refused (a full run on 8 GPUs prints about 30 KB).
 MAX_INPUT_CHARS = 4 * 1024 * 1024
 #: At most this many GPUs per matrix (an NVL72 rack under MPI lists 72).
@@ -362,36 +364,13 @@ def parse_text(text):
     return result
 
 
-def _json_depth_ok(text, limit=32):
-    depth = 0
-    in_string = False
-    escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                return False
-        elif char in "]}":
-            depth -= 1
-    return True
-
-
 _JSON_STATUS = {"passed": "ran", "waived": "waived", "error": "error", "not found": "not_found", "running": "cut"}
 
 
 def parse_json(text):
     """``nvbandwidth -j`` output -> the same shape as :func:`parse_text`."""
     _check_size(text)
-    if not _json_depth_ok(text):
+    if json_nesting_exceeds(text, 32):
         raise NvbandwidthParseError("the JSON is nested deeper than 32 levels")
     try:
         data = json.loads(text)
