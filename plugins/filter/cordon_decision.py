@@ -11,17 +11,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import cordon_ownership
-
-
-def _plain(value):
-    """Ansible's lazy containers and tagged strings as plain Python data."""
-    if isinstance(value, dict):
-        return dict((str(key), _plain(item)) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
+from ansible_collections.gpu_native.fleet.plugins.module_utils.plain_data import to_plain
 
 
 def _bool(value, name):
@@ -38,17 +28,17 @@ def cordon_decision(node, owner, step="take", run_id="", now="", take_over=False
                     run_id_annotation=cordon_ownership.RUN_ID_ANNOTATION):
     """Node object -> ``{state, patch}`` (step take) or ``{released, patch}`` (step release)."""
     try:
-        keys = cordon_ownership.annotation_keys(owner=_plain(owner_annotation), time=_plain(time_annotation),
-                                                run_id=_plain(run_id_annotation))
+        keys = cordon_ownership.annotation_keys(owner=to_plain(owner_annotation), time=to_plain(time_annotation),
+                                                run_id=to_plain(run_id_annotation))
         if step == "take":
             state, patch = cordon_ownership.decide_take(
-                _plain(node), _plain(owner), _plain(run_id), _plain(now),
+                to_plain(node), to_plain(owner), to_plain(run_id), to_plain(now),
                 take_over=_bool(take_over, "take_over"),
                 adopt_registration_taint=_bool(adopt_registration_taint, "adopt_registration_taint"),
-                registration_taint_key=_plain(registration_taint_key) or "", keys=keys)
+                registration_taint_key=to_plain(registration_taint_key) or "", keys=keys)
             return {"state": state, "patch": patch}
         if step == "release":
-            released, patch = cordon_ownership.decide_release(_plain(node), _plain(owner), keys=keys)
+            released, patch = cordon_ownership.decide_release(to_plain(node), to_plain(owner), keys=keys)
             return {"released": released, "patch": patch}
     except cordon_ownership.CordonError as exc:
         raise AnsibleFilterError("cordon_decision: %s" % exc)

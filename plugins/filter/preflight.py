@@ -12,17 +12,7 @@ import time
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import preflight
-
-
-def _plain(value):
-    """Ansible's lazy containers and tagged strings as plain Python data."""
-    if isinstance(value, dict):
-        return dict((str(key), _plain(item)) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
+from ansible_collections.gpu_native.fleet.plugins.module_utils.plain_data import to_plain
 
 
 def preflight_verdict(results, required=None, node="", timestamp=None):
@@ -31,12 +21,12 @@ def preflight_verdict(results, required=None, node="", timestamp=None):
         raise AnsibleFilterError("preflight_verdict expects the list of gate results, got %s" % type(results).__name__)
     try:
         normalised = []
-        for index, result in enumerate(_plain(results)):
+        for index, result in enumerate(to_plain(results)):
             if not isinstance(result, dict):
                 raise preflight.PreflightError("results[%d] is not a mapping" % index)
             normalised.append(preflight.gate_result(result.get("gate"), result.get("status"), result.get("reasons"),
                                                     result.get("duration_s"), result.get("details")))
-        decision = preflight.verdict(normalised, tuple(_plain(required)) if required else preflight.GATES)
+        decision = preflight.verdict(normalised, tuple(to_plain(required)) if required else preflight.GATES)
     except preflight.PreflightError as exc:
         raise AnsibleFilterError("preflight_verdict: %s" % exc)
     decision["results"] = normalised
@@ -56,19 +46,19 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
     empty and ``counting`` is given, the expectation is computed from the
     node's facts by ``preflight.expected_allocatable``.
     """
-    expected = _plain(expected_resources or {})
+    expected = to_plain(expected_resources or {})
     if not isinstance(expected, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                  for v in expected.values()):
         raise AnsibleFilterError("preflight_kubernetes_gate: expected_resources must map resource names to counts, "
                                  "got %r" % (expected,))
-    node = _plain(node)
+    node = to_plain(node)
     unknown = {}
     basis = None
     computed = None
     if expected:
         basis = "preflight_expected_resources"
     elif counting:
-        counting = _plain(counting)
+        counting = to_plain(counting)
         if not isinstance(counting, dict) or any(key not in COUNTING_KEYS for key in counting):
             raise AnsibleFilterError("preflight_kubernetes_gate: counting takes only the keys %s, got %r"
                                      % (", ".join(COUNTING_KEYS), counting))
@@ -81,8 +71,8 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
             return {"status": preflight.FAIL, "details": {},
                     "reasons": ["the expected allocatable cannot be counted: %s" % exc]}
         expected, unknown, basis = computed["expected"], computed["unknown"], computed["basis"]
-    status, reasons, details = preflight.kubernetes_gate(node, _plain(pods or []), expected,
-                                                         _plain(facts or {}), unknown=unknown, basis=basis)
+    status, reasons, details = preflight.kubernetes_gate(node, to_plain(pods or []), expected,
+                                                         to_plain(facts or {}), unknown=unknown, basis=basis)
     if computed is not None:
         details["counting"] = computed
     details["expected_from"] = basis
@@ -93,12 +83,12 @@ def preflight_summary(rows):
     """A fixed-width table of ``[{node, gates, verdict, reasons}]``."""
     if not isinstance(rows, list):
         raise AnsibleFilterError("preflight_summary expects a list of rows, got %s" % type(rows).__name__)
-    return preflight.summary_table(_plain(rows))
+    return preflight.summary_table(to_plain(rows))
 
 
 def preflight_pod_problem(pod, timeout_s=None):
     """One line saying why the serving pod is not Ready (phase, waiting containers, unready condition)."""
-    return preflight.serving_pod_problem(_plain(pod) if isinstance(pod, dict) else {}, timeout_s)
+    return preflight.serving_pod_problem(to_plain(pod) if isinstance(pod, dict) else {}, timeout_s)
 
 
 class FilterModule(object):

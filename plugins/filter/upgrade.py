@@ -10,17 +10,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import upgrade
-
-
-def _plain(value):
-    """Ansible's lazy containers and tagged strings as plain Python data."""
-    if isinstance(value, dict):
-        return dict((str(key), _plain(item)) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
+from ansible_collections.gpu_native.fleet.plugins.module_utils.plain_data import to_plain
 
 
 def upgrade_summary(rows):
@@ -28,20 +18,20 @@ def upgrade_summary(rows):
     if not isinstance(rows, list):
         raise AnsibleFilterError("upgrade_summary expects a list of rows, got %s" % type(rows).__name__)
     try:
-        return upgrade.summary_table(_plain(rows))
+        return upgrade.summary_table(to_plain(rows))
     except upgrade.UpgradeError as exc:
         raise AnsibleFilterError("upgrade_summary: %s" % exc)
 
 
 def upgrade_at_version(installed, requested):
     """Whether the installed package version is the requested one (exact or its upstream version)."""
-    return upgrade.at_version(_plain(installed), _plain(requested))
+    return upgrade.at_version(to_plain(installed), to_plain(requested))
 
 
 def upgrade_budget_spent(failed, total, max_fail_percentage=0):
     """Whether the failed nodes spent the failure budget (more than max_fail_percentage percent of total)."""
     try:
-        return upgrade.budget_spent(_plain(failed), _plain(total), _plain(max_fail_percentage))
+        return upgrade.budget_spent(to_plain(failed), to_plain(total), to_plain(max_fail_percentage))
     except upgrade.UpgradeError as exc:
         raise AnsibleFilterError("upgrade_budget_spent: %s. Fix: set upgrade_max_fail_percentage to 0-100." % exc)
 
@@ -49,7 +39,7 @@ def upgrade_budget_spent(failed, total, max_fail_percentage=0):
 def upgrade_max_unavailable(value):
     """upgrade_max_unavailable checked and returned as Ansible's serial takes it (count or percentage)."""
     try:
-        return upgrade.max_unavailable(_plain(value))
+        return upgrade.max_unavailable(to_plain(value))
     except upgrade.UpgradeError as exc:
         raise AnsibleFilterError("%s. Fix: set upgrade_max_unavailable to e.g. 1 or 25%%." % exc)
 
