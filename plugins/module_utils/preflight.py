@@ -454,7 +454,12 @@ def summary_table(rows):
         gates = row.get("gates") or {}
         table.append([str(row.get("node", "?"))] + [gates.get(gate, "-") for gate in GATES]
                      + [row.get("verdict", "?"), _short((row.get("reasons") or [""])[0])[:90]])
-    widths = [max(len(line[col]) for line in table) for col in range(len(header))]
+    return fixed_width_table(table)
+
+
+def fixed_width_table(table):
+    """Rows of text cells (the first is the header) as aligned columns, with a dashed rule under the header."""
+    widths = [max(len(line[col]) for line in table) for col in range(len(table[0]))]
     out = []
     for index, line in enumerate(table):
         out.append("  ".join(cell.ljust(widths[col]) for col, cell in enumerate(line)).rstrip())

@@ -9,6 +9,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils.preflight import fixed_width_table
+
 _COUNT = re.compile(r"^[1-9][0-9]{0,5}$")
 _PERCENT = re.compile(r"^([1-9][0-9]?|100)%$")
 _EPOCH = re.compile(r"^[0-9]+:")
@@ -85,10 +87,4 @@ def summary_table(rows):
         table.append(line)
     table = [line[:2] + line[3:] for line in table]
     table[0][1] = "version"
-    widths = [max(len(line[col]) for line in table) for col in range(len(table[0]))]
-    out = []
-    for index, line in enumerate(table):
-        out.append("  ".join(cell.ljust(widths[col]) for col, cell in enumerate(line)).rstrip())
-        if index == 0:
-            out.append("  ".join("-" * width for width in widths))
-    return "\n".join(out)
+    return fixed_width_table(table)
