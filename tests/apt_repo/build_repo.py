@@ -26,8 +26,31 @@ temporary GNUPGHOME, never written into the checkout).  Output, under --out
     keys/wrong.asc                   a second key that signs nothing (the "wrong key" test)
     stable/deb/<arch>/               the repository: *.deb, Packages(.gz), Release, Release.gpg, InRelease
     tampered/deb/<arch>/             a copy whose InRelease text was altered after signing
+    driver/debian12/<cuda-arch>/     STAND-IN NVIDIA driver packages (below), signed with the same key
+
+The driver repository stands in for NVIDIA's CUDA repository for debian12
+(a flat repository per architecture, x86_64 or sbsa, which the nvidia_driver
+role installs with nvidia_driver_source=mirror).  It holds, at each version of
+--driver-versions (default 570.148.08-1 and 570.172.08-1, two real R570
+releases), the five package names the role installs from that repository
+(roles/nvidia_driver/vars/Debian-12.yml), with both kernel module flavours:
+
+    nvidia-driver            (= the others' version)      depends on the four below
+    nvidia-kernel-dkms       /usr/src/nvidia-current-<v>/dkms.conf       (proprietary modules)
+    nvidia-kernel-open-dkms  /usr/src/nvidia-current-open-<v>/dkms.conf  (open modules; conflicts with the above)
+    firmware-nvidia-gsp, nvidia-smi, libcuda1                          (a README each)
+
+The dkms.conf files carry the PACKAGE_NAME/PACKAGE_VERSION of Debian's own
+nvidia-kernel-dkms (bookworm 535.261.03-1: PACKAGE_NAME="nvidia-current",
+modules renamed nvidia-current*.ko) and no sources: on a test host the
+stand-ins tests/standins/dkms and tests/standins/modprobe read them as the
+module DKMS built and the kernel loads.  That NVIDIA's CUDA repository
+registers the open modules as nvidia-current-open, like Debian's
+nvidia-open-kernel-dkms, is the role's assumption, not confirmed here.  No
+real driver, library or firmware is in any of them.
 
 Usage: python3 tests/apt_repo/build_repo.py [--out DIR] [--versions 1.17.8-1,1.18.1-1]
+                                            [--driver-versions 570.148.08-1,570.172.08-1]
 Needs dpkg-deb and gpg.  Prints the output directory.
 """
 
@@ -47,8 +70,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 STANDINS = os.path.join(ROOT, "tests", "standins")
 DEFAULT_VERSIONS = "1.17.8-1,1.18.1-1"
+DEFAULT_DRIVER_VERSIONS = "570.148.08-1,570.172.08-1"
+# NVIDIA's name for the CPU architecture in CUDA repository paths.
+CUDA_ARCH = {"amd64": "x86_64", "arm64": "sbsa"}
 MAINTAINER = "gpu_native.fleet tests <tests@gpu-native.invalid>"
 HOMEPAGE = "https://github.com/NVIDIA/nvidia-container-toolkit"
+DRIVER_HOMEPAGE = "https://www.nvidia.com/en-us/drivers/unix/"
 
 HOOK_STANDIN = """#!/bin/sh
 # STAND-IN for nvidia-container-runtime-hook (tests only): the OCI prestart
@@ -173,8 +200,77 @@ def package_specs(version):
     }
 
 
-def build_deb(workdir, outdir, name, version, arch, spec):
-    depends, files, conffiles, summary = spec
+DKMS_CONF = """# STAND-IN dkms.conf (tests only, gpu_native.fleet tests/apt_repo/build_repo.py): no module sources.
+# Shaped like Debian's nvidia-kernel-dkms (bookworm 535.261.03-1): the modules are renamed @NAME@*.ko.
+PACKAGE_NAME="@NAME@"
+PACKAGE_VERSION="@VERSION@"
+AUTOINSTALL=yes
+BUILT_MODULE_NAME[0]="nvidia"
+DEST_MODULE_NAME[0]="$PACKAGE_NAME"
+DEST_MODULE_LOCATION[0]="/updates/dkms"
+BUILT_MODULE_NAME[1]="nvidia-modeset"
+DEST_MODULE_NAME[1]="$PACKAGE_NAME-modeset"
+DEST_MODULE_LOCATION[1]="/updates/dkms"
+BUILT_MODULE_NAME[2]="nvidia-drm"
+DEST_MODULE_NAME[2]="$PACKAGE_NAME-drm"
+DEST_MODULE_LOCATION[2]="/updates/dkms"
+BUILT_MODULE_NAME[3]="nvidia-uvm"
+DEST_MODULE_NAME[3]="$PACKAGE_NAME-uvm"
+DEST_MODULE_LOCATION[3]="/updates/dkms"
+BUILT_MODULE_NAME[4]="nvidia-peermem"
+DEST_MODULE_NAME[4]="$PACKAGE_NAME-peermem"
+DEST_MODULE_LOCATION[4]="/updates/dkms"
+"""
+
+
+def _readme(name, what):
+    return {"/usr/share/doc/%s/README.stand-in" % name:
+            ("STAND-IN package for tests: %s is not included.\n" % what, 0o644)}
+
+
+def driver_package_specs(version):
+    """The driver packages at one version, in the shape of package_specs()."""
+    upstream = version.rsplit("-", 1)[0]
+    same = "(= %s)" % version
+
+    def kernel_module(dkms_name):
+        files = _readme("nvidia-kernel-dkms" if dkms_name == "nvidia-current" else "nvidia-kernel-open-dkms",
+                        "NVIDIA's kernel module source")
+        files["/usr/src/%s-%s/dkms.conf" % (dkms_name, upstream)] = (
+            DKMS_CONF.replace("@NAME@", dkms_name).replace("@VERSION@", upstream), 0o644)
+        return files
+
+    return {
+        "firmware-nvidia-gsp": (
+            "", {"/lib/firmware/nvidia/%s/README.stand-in" % upstream:
+                 ("STAND-IN package for tests: NVIDIA's GSP firmware is not included.\n", 0o644)},
+            [], "NVIDIA GSP firmware (STAND-IN for tests, not NVIDIA's package)", {}),
+        "nvidia-kernel-dkms": (
+            "firmware-nvidia-gsp %s, dkms" % same, kernel_module("nvidia-current"), [],
+            "NVIDIA binary kernel module DKMS source (STAND-IN for tests, not NVIDIA's package)",
+            {"Provides": "nvidia-kernel-%s" % upstream, "Conflicts": "nvidia-kernel-open-dkms"}),
+        "nvidia-kernel-open-dkms": (
+            "firmware-nvidia-gsp %s, dkms" % same, kernel_module("nvidia-current-open"), [],
+            "NVIDIA open GPU kernel module DKMS source (STAND-IN for tests, not NVIDIA's package)",
+            {"Provides": "nvidia-kernel-%s" % upstream, "Conflicts": "nvidia-kernel-dkms"}),
+        "nvidia-smi": (
+            "", _readme("nvidia-smi", "NVIDIA's nvidia-smi (test hosts use tests/standins/nvidia-smi)"), [],
+            "NVIDIA System Management Interface (STAND-IN for tests, not NVIDIA's package)", {}),
+        "libcuda1": (
+            "", _readme("libcuda1", "NVIDIA's CUDA driver library"), [],
+            "NVIDIA CUDA Driver Library (STAND-IN for tests, not NVIDIA's package)", {}),
+        "nvidia-driver": (
+            "nvidia-kernel-dkms %s | nvidia-kernel-open-dkms %s, firmware-nvidia-gsp %s, nvidia-smi %s, libcuda1 %s"
+            % (same, same, same, same, same),
+            _readme("nvidia-driver", "NVIDIA's driver"), [],
+            "NVIDIA metapackage (STAND-IN for tests, not NVIDIA's package)", {}),
+    }
+
+
+def build_deb(workdir, outdir, name, version, arch, spec, section="utils",
+              purpose="the container_toolkit role can be tested without NVIDIA's repository.", homepage=HOMEPAGE):
+    depends, files, conffiles, summary = spec[:4]
+    extra_fields = spec[4] if len(spec) > 4 else {}
     tree = os.path.join(workdir, "%s_%s" % (name, version))
     os.makedirs(os.path.join(tree, "DEBIAN"))
     size = 0
@@ -197,14 +293,15 @@ def build_deb(workdir, outdir, name, version, arch, spec):
     ]
     if depends:
         control.append("Depends: %s" % depends)
+    control += ["%s: %s" % item for item in sorted(extra_fields.items())]
     control += [
-        "Section: utils",
+        "Section: %s" % section,
         "Priority: optional",
-        "Homepage: %s" % HOMEPAGE,
+        "Homepage: %s" % homepage,
         "Description: %s" % summary,
         " Stand-in built by gpu_native.fleet tests/apt_repo/build_repo.py so that",
-        " the container_toolkit role can be tested without NVIDIA's repository.",
-        " It carries the real package name and version and stand-in binaries.",
+        " %s" % purpose,
+        " It carries the real package name and version and stand-in contents.",
     ]
     with open(os.path.join(tree, "DEBIAN", "control"), "w") as handle:
         handle.write("\n".join(control) + "\n")
@@ -223,7 +320,8 @@ def digests(path):
             "SHA1": hashlib.sha1(data).hexdigest(), "SHA256": hashlib.sha256(data).hexdigest()}
 
 
-def write_indexes(repo, entries, arch):
+def write_indexes(repo, entries, arch, origin="gpu_native.fleet tests (stand-in for nvidia.github.io/libnvidia-container)",
+                  label="libnvidia-container stand-in"):
     stanzas = []
     for deb, control in entries:
         sums = digests(deb)
@@ -244,8 +342,8 @@ def write_indexes(repo, entries, arch):
     with open(packages, "rb") as src, gzip.GzipFile(packages + ".gz", "wb", mtime=0) as dst:
         dst.write(src.read())
     release = [
-        "Origin: gpu_native.fleet tests (stand-in for nvidia.github.io/libnvidia-container)",
-        "Label: libnvidia-container stand-in",
+        "Origin: %s" % origin,
+        "Label: %s" % label,
         "Architectures: %s" % arch,
         "Date: %s" % time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime()),
     ]
@@ -296,6 +394,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, ".cache", "apt_repo"))
     parser.add_argument("--versions", default=DEFAULT_VERSIONS)
+    parser.add_argument("--driver-versions", default=DEFAULT_DRIVER_VERSIONS)
     options = parser.parse_args()
     for tool in ("dpkg-deb", "gpg"):
         if shutil.which(tool) is None:
@@ -324,10 +423,22 @@ def main():
         for version in [v.strip() for v in options.versions.split(",") if v.strip()]:
             for name, spec in package_specs(version).items():
                 entries.append(build_deb(work, repo, name, version, arch, spec))
-        shutil.rmtree(work)
         write_indexes(repo, entries, arch)
         sign(home, repo_uid, repo)
         tamper(repo, os.path.join(staging, "tampered", "deb", arch))
+        driver_repo = os.path.join(staging, "driver", "debian12", CUDA_ARCH.get(arch, arch))
+        os.makedirs(driver_repo)
+        driver_entries = []
+        for version in [v.strip() for v in options.driver_versions.split(",") if v.strip()]:
+            for name, spec in driver_package_specs(version).items():
+                driver_entries.append(build_deb(work, driver_repo, name, version, arch, spec, section="non-free/libs",
+                                                purpose="the nvidia_driver role can be tested without NVIDIA's repository.",
+                                                homepage=DRIVER_HOMEPAGE))
+        write_indexes(driver_repo, driver_entries, arch,
+                      origin="gpu_native.fleet tests (stand-in for NVIDIA's CUDA repository, debian12)",
+                      label="NVIDIA CUDA repository stand-in")
+        sign(home, repo_uid, driver_repo)
+        shutil.rmtree(work)
         for path, _dirs, files in os.walk(staging):
             os.chmod(path, 0o755)
             for name in files:
