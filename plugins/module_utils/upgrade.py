@@ -67,22 +67,29 @@ def _pod(pod):
 
 
 COLUMNS = (("node", "node"), ("from", "from"), ("to", "to"), ("cordon", "cordon"), ("evicted", "evicted"),
-           ("verdict", "verdict"), ("why", "reason"))
+           ("reboot", "reboot"), ("verdict", "verdict"), ("why", "reason"))
+CELL_LIMITS = {"evicted": 60, "reboot": 60}
 
 
 def summary_table(rows):
-    """A fixed-width table of ``[{node, from, to, cordon, evicted (list), verdict, reason}]``."""
-    table = [[title for title, _key in COLUMNS]]
+    """A fixed-width table of ``[{node, from, to, cordon, evicted (list), reboot, verdict, reason}]``.
+
+    The reboot column (how the new driver was loaded) appears only when a row is a driver upgrade
+    (``component: driver``): a toolkit change never needs one."""
     for row in rows:
         if not isinstance(row, dict):
             raise UpgradeError("a summary row is not a mapping: %r" % (row,))
+    with_reboot = any(row.get("component") == "driver" for row in rows)
+    columns = [column for column in COLUMNS if with_reboot or column[1] != "reboot"]
+    table = [[title for title, _key in columns]]
+    for row in rows:
         evicted = row.get("evicted")
         if isinstance(evicted, (list, tuple)):
             evicted = ", ".join(_pod(pod) for pod in evicted) if evicted else "-"
         line = []
-        for _title, key in COLUMNS:
+        for _title, key in columns:
             value = evicted if key == "evicted" else row.get(key)
-            line.append(_cell(value if value not in (None, "") else "-", 60 if key == "evicted" else 110))
+            line.append(_cell(value if value not in (None, "") else "-", CELL_LIMITS.get(key, 110)))
         line[1] = "%s -> %s" % (line[1], line[2])
         table.append(line)
     table = [line[:2] + line[3:] for line in table]
