@@ -718,6 +718,32 @@ def _collect_nvidia_smi(tools, inputs, sources):
         inputs["tool_errors"] = errors
 
 
+def choose_kernel_log(since, journal, journal_text, read_dmesg, incremental=False):
+    """Which kernel log a ``kernel_log: auto`` run judges; returns ``(text, source)``.
+
+    The one fallback order of gpu_health's own reader (``_collect_kernel_log``)
+    and the readiness agent's incremental reader (module_utils.kernel_log_state),
+    each passing its own reads:
+
+    1. the journal, when it answered (``journal``, a node_tools result) and the
+       text it gives (``journal_text``) holds an NVRM line;
+    2. else dmesg: ``read_dmesg()`` returns ``(result, text)``; it is called
+       only here, so a journal with NVRM lines never runs dmesg;
+    3. else, the journal having answered: an empty log, "no NVRM lines";
+    4. else an empty log whose source names both failures.
+
+    ``incremental`` marks the sources of steps 1 and 2 as read incrementally
+    (``... (incremental)``, ``dmesg (since boot, incremental)``)."""
+    if journal.ok and "NVRM" in journal_text:
+        return journal_text, "journalctl -k -b --since %s%s" % (since, " (incremental)" if incremental else "")
+    dmesg, dmesg_text = read_dmesg()
+    if dmesg.ok:
+        return dmesg_text, "dmesg (since boot%s)" % (", incremental" if incremental else "")
+    if journal.ok:
+        return "", "journalctl -k -b --since %s (no NVRM lines)" % since
+    return "", "unavailable (%s; %s)" % (journal.message, dmesg.message)
+
+
 def _collect_kernel_log(tools, kernel_log, since, inputs, sources):
     if tools.source == "captured":
         result = tools.run("journalctl", ["-k", "-b", "--no-pager", "-o", "short-iso", "--since", since],
@@ -737,20 +763,12 @@ def _collect_kernel_log(tools, kernel_log, since, inputs, sources):
         sources["kernel_log"] = kernel_log
         return
     result = tools.run("journalctl", ["-k", "-b", "--no-pager", "-o", "short-iso", "--since", since])
-    if result.ok and "NVRM" in result.stdout:
-        inputs["kernel_log"] = result.stdout
-        sources["kernel_log"] = "journalctl -k -b --since %s" % since
-        return
-    dmesg = tools.run("dmesg", [])
-    if dmesg.ok:
-        inputs["kernel_log"] = dmesg.stdout
-        sources["kernel_log"] = "dmesg (since boot)"
-    elif result.ok:
-        inputs["kernel_log"] = ""
-        sources["kernel_log"] = "journalctl -k -b --since %s (no NVRM lines)" % since
-    else:
-        inputs["kernel_log"] = ""
-        sources["kernel_log"] = "unavailable (%s; %s)" % (result.message, dmesg.message)
+
+    def read_dmesg():
+        dmesg = tools.run("dmesg", [])
+        return dmesg, dmesg.stdout
+
+    inputs["kernel_log"], sources["kernel_log"] = choose_kernel_log(since, result, result.stdout, read_dmesg)
 
 
 def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/devices", kernel_log_reader=None):

@@ -47,6 +47,7 @@ import tempfile
 import time
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import choose_kernel_log
 from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import MAX_LINE_CHARS, _is_candidate
 
 STATE_FORMAT = "gpu_native.fleet/kernel_log_state/1"
@@ -417,24 +418,17 @@ class KernelLogReader(object):
 
     # -- the collect() hook --------------------------------------------------
     def read(self, tools, kernel_log, since, inputs, sources):
-        """Fill ``inputs['kernel_log']`` and ``sources['kernel_log']`` (same choices as gpu_health's own reader)."""
+        """Fill ``inputs['kernel_log']`` and ``sources['kernel_log']`` (the order is gpu_health.choose_kernel_log's)."""
         if kernel_log != "auto":
             section = self.plain_file(kernel_log)
             inputs["kernel_log"] = _text(section["lines"])
             sources["kernel_log"] = "%s (incremental)" % kernel_log
             return
         result, section = self.journal(tools, since)
-        if result.ok and any("NVRM" in line for _epoch, line in section["lines"]):
-            inputs["kernel_log"] = _text(section["lines"])
-            sources["kernel_log"] = "journalctl -k -b --since %s (incremental)" % since
-            return
-        dmesg, dmesg_section = self.dmesg(tools)
-        if dmesg.ok:
-            inputs["kernel_log"] = _text(dmesg_section["lines"])
-            sources["kernel_log"] = "dmesg (since boot, incremental)"
-        elif result.ok:
-            inputs["kernel_log"] = ""
-            sources["kernel_log"] = "journalctl -k -b --since %s (no NVRM lines)" % since
-        else:
-            inputs["kernel_log"] = ""
-            sources["kernel_log"] = "unavailable (%s; %s)" % (result.message, dmesg.message)
+
+        def read_dmesg():
+            dmesg, dmesg_section = self.dmesg(tools)
+            return dmesg, _text(dmesg_section["lines"])
+
+        inputs["kernel_log"], sources["kernel_log"] = choose_kernel_log(
+            since, result, _text(section["lines"]), read_dmesg, incremental=True)
