@@ -2,7 +2,6 @@
 """The modprobe and dkms stand-ins answer like kmod 30 and DKMS 3.0.10, in a prefixed temp root."""
 import os
 import subprocess
-import sys
 
 import pytest
 
