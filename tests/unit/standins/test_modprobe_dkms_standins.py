@@ -15,7 +15,6 @@ MODPROBE = os.path.join(REPO, "tests", "standins", "modprobe")
 DKMS = os.path.join(REPO, "tests", "standins", "dkms")
 KERNEL = "6.1.0-28-amd64"
 VERSION = "535.261.03"
-BUILTIN = os.path.join("lib", "modules", KERNEL, "modules.builtin")
 ROLE_UNLOAD_ORDER = ["nvidia_peermem", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
 
 
@@ -65,10 +64,6 @@ class Host(object):
     def loaded(self):
         return sorted(name for name in os.listdir(str(self.sysmod())) if not name.startswith("."))
 
-    def builtin(self):
-        path = self.root / BUILTIN
-        return path.read_text().splitlines() if path.exists() else None
-
     def hold(self, pid, fd, target):
         """A fake /proc/<pid>/fd/<fd> link, as the kernel shows an open file."""
         fd_dir = self.root / "proc" / str(pid) / "fd"
@@ -95,7 +90,7 @@ def fake_real(tmp_path, name, code):
 
 # ---- modprobe: load
 
-def test_load_creates_dependencies_first_with_version_holders_and_builtin_lines(host):
+def test_load_creates_dependencies_first_with_version_and_holders(host):
     assert host.modprobe("nvidia_uvm") == (0, "", "")
     assert host.loaded() == ["nvidia", "nvidia_uvm"]
     for name in ("nvidia", "nvidia_uvm"):
@@ -104,7 +99,6 @@ def test_load_creates_dependencies_first_with_version_holders_and_builtin_lines(
     assert os.readlink(str(host.sysmod("nvidia", "holders", "nvidia_uvm"))) == "../../nvidia_uvm"
     assert host.sysmod("nvidia", "refcnt").read_text() == "1\n"
     assert host.sysmod("nvidia_uvm", "refcnt").read_text() == "0\n"
-    assert host.builtin() == ["kernel/drivers/video/nvidia/nvidia.ko", "kernel/drivers/video/nvidia/nvidia_uvm.ko"]
 
 
 def test_drm_loads_nvidia_then_modeset_and_verbose_prints_kmods_insmod_lines(host):
@@ -202,17 +196,13 @@ def test_bad_parameter_is_refused_and_nothing_loaded(host):
 
 # ---- modprobe: remove
 
-def test_the_roles_unload_order_removes_everything_and_keeps_other_builtin_lines(host):
-    builtin = host.root / BUILTIN
-    builtin.parent.mkdir(parents=True)
-    builtin.write_text("kernel/fs/ext4/ext4.ko\n")
+def test_the_roles_unload_order_removes_everything(host):
     for name in ("nvidia_uvm", "nvidia_drm", "nvidia_peermem"):
         assert host.modprobe(name)[0] == 0
-    assert len(host.builtin()) == 6
+    assert len(host.loaded()) == 5
     for name in ROLE_UNLOAD_ORDER:
         assert host.modprobe("--remove", name) == (0, "", ""), name
     assert host.loaded() == []
-    assert host.builtin() == ["kernel/fs/ext4/ext4.ko"]
 
 
 def test_remove_refused_while_a_module_holds_nvidia_and_nothing_after_is_removed(host):
@@ -241,7 +231,6 @@ def test_removing_the_last_holder_also_removes_an_unused_dependency(host):
     assert host.loaded() == ["nvidia", "nvidia_modeset"]       # modeset still holds nvidia
     assert host.modprobe("-r", "-v", "nvidia_modeset") == (0, "rmmod nvidia_modeset\nrmmod nvidia\n", "")
     assert host.loaded() == []
-    assert host.builtin() == []
 
 
 def test_remove_of_a_module_not_loaded(host):
@@ -281,28 +270,6 @@ def test_remove_refused_while_this_process_really_has_the_device_open(host):
         assert host.loaded() == ["nvidia"]
     assert host.modprobe("-r", "nvidia") == (0, "", "")
     assert host.loaded() == []
-
-
-# ---- modprobe: community.general.modprobe sees the result
-
-def test_community_general_modprobe_module_loaded_reads_the_builtin_lines(host, monkeypatch):
-    from ansible_collections.community.general.plugins.modules import modprobe as cg_modprobe
-
-    host.modprobe("nvidia_uvm")
-    files = {"/proc/modules": host.root / "proc-modules",
-             "/lib/modules/%s/modules.builtin" % KERNEL: host.root / BUILTIN}
-    files["/proc/modules"].write_text("ext4 1036288 1 - Live 0x0000000000000000\n")
-    monkeypatch.setattr(cg_modprobe, "RELEASE_VER", KERNEL)
-    monkeypatch.setattr(cg_modprobe, "open", lambda path, *a: open(str(files[path]), *a), raising=False)
-
-    def loaded(name):
-        probe = cg_modprobe.Modprobe.__new__(cg_modprobe.Modprobe)
-        probe.name = name
-        return probe.module_loaded()
-
-    assert [loaded(n) for n in ("nvidia", "nvidia_uvm", "nvidia_modeset")] == [True, True, False]
-    host.modprobe("-r", "nvidia_uvm")
-    assert [loaded(n) for n in ("nvidia", "nvidia_uvm")] == [False, False]
 
 
 # ---- modprobe: options and other modules
