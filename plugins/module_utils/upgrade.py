@@ -68,7 +68,7 @@ def _pod(pod):
 
 COLUMNS = (("node", "node"), ("from", "from"), ("to", "to"), ("cordon", "cordon"), ("evicted", "evicted"),
            ("reboot", "reboot"), ("verdict", "verdict"), ("why", "reason"))
-CELL_LIMITS = {"evicted": 60, "reboot": 60}
+CELL_LIMITS = {"evicted": 60, "reboot": 40}
 
 
 def summary_table(rows):

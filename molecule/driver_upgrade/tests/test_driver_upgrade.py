@@ -1,5 +1,7 @@
-"""Verify the rolling upgrade: packages moved and held, at most one node out at a time, the killed run finished,
-the node that failed its gates kept cordoned until repaired, the upgraded nodes left alone by a later run."""
+"""Verify the rolling upgrades: packages moved and held, at most one node out at a time, the killed run finished,
+the node that failed its gates kept cordoned until repaired, the upgraded nodes left alone by a later run; for the
+driver, the old modules unloaded and the new ones loaded, and a node whose modules could not unload kept cordoned
+until its reboot."""
 testinfra_hosts = ["podman://gn-upgrade-1", "podman://gn-upgrade-2", "podman://gn-upgrade-3"]
 
 import json  # noqa: E402
@@ -14,6 +16,7 @@ EPHEMERAL = os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
 NODES = ["gpu-up-1", "gpu-up-2", "gpu-up-3"]
 PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
             "libnvidia-container1"]
+DRIVER_PACKAGES = ["nvidia-driver", "nvidia-kernel-open-dkms", "firmware-nvidia-gsp", "nvidia-smi", "libcuda1"]
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +119,48 @@ def test_every_node_joined_without_our_mark_with_its_device_plugin_back(core):
 
 def test_the_gpu_pods_were_evicted(core):
     assert core.list_namespaced_pod("ml").items == []
+
+
+def test_driver_packages_at_the_new_version_and_held(host):
+    for package in DRIVER_PACKAGES:
+        assert host.package(package).version == "570.172.08-1"
+    held = host.check_output("apt-mark showhold").split()
+    assert sorted(set(DRIVER_PACKAGES) & set(held)) == sorted(DRIVER_PACKAGES)
+    # The old module source went with the old package; the proprietary flavour was never installed.
+    assert not host.file("/usr/src/nvidia-current-open-570.148.08").exists
+    assert not host.package("nvidia-kernel-dkms").is_installed
+
+
+def test_the_new_driver_is_loaded(host):
+    assert host.file("/sys/module/nvidia/version").content_string.strip() == "570.172.08"
+    for module in ("nvidia_uvm", "nvidia_modeset"):
+        assert host.file("/sys/module/" + module).is_directory
+
+
+def test_the_driver_run_swapped_the_modules_without_a_reboot():
+    log = ephemeral("upgrade-driver.log")
+    assert log.startswith("rc=2\n")
+    rows = summary(log)
+    for name in ("gpu-up-1", "gpu-up-2"):
+        assert rows[name].split()[1:6] == ["570.148.08-1", "->", "570.172.08", "cordoned", "-"], rows[name]
+        assert "no (modules reloaded)" in rows[name] and " upgraded " in rows[name]
+
+
+def test_a_node_whose_old_modules_cannot_unload_stays_cordoned_without_upgrade_reboot():
+    row = summary(ephemeral("upgrade-driver.log"))["gpu-up-3"]
+    assert row.split()[1:6] == ["570.148.08-1", "->", "570.172.08", "cordoned", "-"], row
+    assert "needed (old modules in use)" in row and " failed " in row
+    node = json.loads(ephemeral("gpu-up-3-after-driver.json"))
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "failed"
+    assert node["metadata"]["annotations"]["gpu-native.io/cordoned-by"] == "driver_upgrade"
+    reason = node["metadata"]["annotations"]["gpu-native.io/preflight-reasons"]
+    assert "Module nvidia is in use" in reason and "upgrade_reboot is never" in reason, reason
+
+
+def test_after_its_reboot_the_rerun_finished_the_held_node_and_left_the_others_alone():
+    log = ephemeral("upgrade-driver-after-reboot.log")
+    assert log.startswith("rc=0\n"), log[-3000:]
+    rows = summary(log)
+    assert "already at 570.172.08-1" in rows["gpu-up-1"] and "already at 570.172.08-1" in rows["gpu-up-2"]
+    assert rows["gpu-up-3"].split()[4] == "resumed" and "finished" in rows["gpu-up-3"], rows["gpu-up-3"]
