@@ -7,10 +7,13 @@ imports this module as ``testlib``.  It holds:
 - the repository paths (``REPO_ROOT``, ``FIXTURES``) and the collection link;
 - ``fixture_text``: THE loader of capture files under tests/fixtures/ (drops
   the ``#`` source header through ``# ---- BEGIN VERBATIM ----``);
+- ``render_role_template``: a role's template rendered with the role's
+  defaults (what the tests of rendered Kubernetes objects read);
 - the Kubernetes API stand-in's server module and ``run_ansible_playbook``
   (integration tests only: unit tests run no ansible-playbook).
 """
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -58,6 +61,21 @@ def fixture_text(*parts):
     with open(fixture_path(*parts)) as handle:
         text = handle.read()
     return text.split(VERBATIM_MARKER, 1)[1] if VERBATIM_MARKER in text else text
+
+
+def render_role_template(role, template, **overrides):
+    """The YAML document ``roles/<role>/templates/<template>`` renders with the role's defaults plus ``overrides``."""
+    import jinja2
+    import yaml
+
+    role_path = os.path.join(REPO_ROOT, "roles", role)
+    with open(os.path.join(role_path, "defaults", "main.yml")) as handle:
+        variables = yaml.safe_load(handle)
+    variables.update(overrides)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["to_json"] = json.dumps
+    with open(os.path.join(role_path, "templates", template)) as handle:
+        return yaml.safe_load(env.from_string(handle.read()).render(**variables))
 
 
 def _load_k8s_standin_server():

@@ -8,13 +8,11 @@ import os
 import re
 import shutil
 
-import jinja2
 import pytest
 import yaml
 
-from testlib import REPO_ROOT
+from testlib import REPO_ROOT, render_role_template
 
-ROLE = os.path.join(REPO_ROOT, "roles", "gpu_readiness")
 PROMTOOL = shutil.which("promtool")
 
 RULES_ONLY = """
@@ -39,13 +37,7 @@ WHOLE_ROLE = """
 
 def prometheus_rule(**overrides):
     """The PrometheusRule the role's template renders (role defaults plus overrides)."""
-    with open(os.path.join(ROLE, "defaults", "main.yml")) as handle:
-        variables = yaml.safe_load(handle)
-    variables.update(overrides)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["to_json"] = json.dumps
-    with open(os.path.join(ROLE, "templates", "prometheusrule.yaml.j2")) as handle:
-        return yaml.safe_load(env.from_string(handle.read()).render(**variables))
+    return render_role_template("gpu_readiness", "prometheusrule.yaml.j2", **overrides)
 
 
 def recap(output):

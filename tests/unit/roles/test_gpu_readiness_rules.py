@@ -1,20 +1,18 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gpu_readiness PrometheusRule: every expression evaluated against a recorded metric set,
 plus `promtool check rules` / `promtool test rules` when promtool is installed."""
-import json
 import os
 import re
 import shutil
 import subprocess
 
-import jinja2
 import pytest
 import yaml
 
 from promql_subset import Evaluator
+from testlib import render_role_template
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-ROLE = os.path.join(REPO, "roles", "gpu_readiness")
 PROMTOOL_TESTS = os.path.join(os.path.dirname(__file__), "gpu_readiness_rules.promtool.yml")
 NOW = 1_750_000_000
 
@@ -60,13 +58,7 @@ def parse_samples(text):
 
 
 def render_rule(**overrides):
-    with open(os.path.join(ROLE, "defaults", "main.yml")) as handle:
-        variables = yaml.safe_load(handle)
-    variables.update(overrides)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["to_json"] = json.dumps
-    with open(os.path.join(ROLE, "templates", "prometheusrule.yaml.j2")) as handle:
-        return yaml.safe_load(env.from_string(handle.read()).render(**variables))
+    return render_role_template("gpu_readiness", "prometheusrule.yaml.j2", **overrides)
 
 
 @pytest.fixture(scope="module")
