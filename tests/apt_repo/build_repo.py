@@ -32,7 +32,10 @@ The driver repository stands in for NVIDIA's CUDA repository for debian12
 (a flat repository per architecture, x86_64 or sbsa, which the nvidia_driver
 role installs with nvidia_driver_source=mirror).  It holds, at each version of
 --driver-versions (default 570.148.08-1 and 570.172.08-1, two real R570
-releases), the five package names the role installs from that repository
+releases: 570.172.08 in NVIDIA's R570 Data Center driver release notes and
+its redistrib_570.172.08.json of 2025-07-17; 570.148.08 as the "Driver Version
+Detected" of the real DCGM 4.2.3 capture tests/fixtures/dcgm/
+table_dcgm423_excerpt.txt), the five package names the role installs from that repository
 (roles/nvidia_driver/vars/Debian-12.yml), with both kernel module flavours:
 
     nvidia-driver            (= the others' version)      depends on the four below
