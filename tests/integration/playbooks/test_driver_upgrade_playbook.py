@@ -185,6 +185,8 @@ def test_check_mode_reports_the_plan_and_changes_nothing(tmp_path):
     ({"upgrade_max_unavailable": "0"}, "upgrade_max_unavailable is '0'"),
     ({"upgrade_max_fail_percentage": 150}, "upgrade_max_fail_percentage is 150"),
     ({"upgrade_reboot": "always"}, "upgrade_reboot is always, not if_needed or never"),
+    ({"upgrade_gpu_clients_poll_interval": 0}, "upgrade_gpu_clients_poll_interval is not a positive number of seconds"),
+    ({"upgrade_gpu_clients_timeout": "five"}, "upgrade_gpu_clients_timeout or"),
 ])
 def test_bad_settings_are_refused_before_anything_changes(tmp_path, extra, message):
     result, server = run(tmp_path, [node("gpu-bad")], ["gpu-bad"], extra)

@@ -239,3 +239,19 @@ def test_pending_mode_change_is_finished_with_a_reset(node):
     argv = [c["argv"] for c in node.mutating()]
     assert ["-i", "0,1", "-r"] in argv
     assert argv.index(["-i", "0,1", "-r"]) < argv.index(["mig", "-i", "0", "-cgi", "5:0,14:4,19:6", "-C"])
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("mig_gpu_clients_poll_interval", 0), ("mig_gpu_clients_poll_interval", "often"), ("mig_gpu_clients_timeout", -5)])
+def test_bad_waiting_settings_are_refused_before_anything_is_paused(operator_node, tmp_path, setting, value):
+    playbook = tmp_path / "pause.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n        name: gpu_native.fleet.mig\n        tasks_from: pause_clients.yml\n"
+        "      vars:\n        mig_node_name: gpu-node-1\n        mig_kubernetes: true\n")
+    before = operator_node.object()["metadata"]["labels"]
+    result = run_ansible_playbook(str(playbook), str(tmp_path / "kubeconfig"), ["-e", json.dumps({setting: value})])
+    assert result.returncode != 0
+    assert "Fix: set both to a whole number of seconds above 0. Nothing was paused." in result.stdout, result.stdout[-2000:]
+    assert "%s is '%s'" % (setting, value) in result.stdout
+    assert operator_node.object()["metadata"]["labels"] == before
