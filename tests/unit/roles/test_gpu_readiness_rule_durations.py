@@ -5,7 +5,10 @@ import os
 
 import yaml
 
-from test_gpu_readiness_rules import ROLE, render_rule
+from test_gpu_readiness_rules import render_rule
+from testlib import REPO_ROOT
+
+ROLE = os.path.join(REPO_ROOT, "roles", "gpu_readiness")
 
 # alert -> (role variable, default)
 FOR_VARIABLES = {
