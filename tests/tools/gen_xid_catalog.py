@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Generate plugins/module_utils/xid_catalog.py from NVIDIA's Xid catalog TSVs.
+"""Generate plugins/module_utils/gpu/xid_catalog.py from NVIDIA's Xid catalog TSVs.
 
 Inputs (copies of the project's real captures, '#' header lines skipped):
   tests/fixtures/nvidia/13_nvidia_xid_catalog.tsv        Table 1 of NVIDIA's Xid catalog
@@ -22,7 +22,7 @@ import sys
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CATALOG_TSV = os.path.join(REPO, "tests", "fixtures", "nvidia", "13_nvidia_xid_catalog.tsv")
 DECODE_TSV = os.path.join(REPO, "tests", "fixtures", "nvidia", "14_nvidia_xid_144_150_decode.tsv")
-OUTPUT = os.path.join(REPO, "plugins", "module_utils", "xid_catalog.py")
+OUTPUT = os.path.join(REPO, "plugins", "module_utils", "gpu", "xid_catalog.py")
 
 CATALOG_COLUMNS = ["xid", "mnemonic", "description", "a100", "h100", "b100", "gb200", "immediate_action",
                    "investigatory_action", "xid154_linkage", "notes"]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import kernel_log_state
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import kernel_log_state
 
 from test_gpu_readiness_agent import CAPTURES, STANDIN, agent, metrics
 
@@ -126,7 +126,7 @@ def test_an_unwritable_state_dir_still_writes_the_metrics(node, tmp_path, capsys
 
 def test_the_role_installs_the_reader_next_to_the_agent():
     with open(os.path.join(REPO, "roles", "gpu_readiness", "vars", "main.yml")) as handle:
-        assert "  - kernel_log_state.py\n" in handle.read()
+        assert "  - gpu/kernel_log_state.py\n" in handle.read()
 
 
 def test_footprint_benchmark_runs_with_a_small_journal(tmp_path):

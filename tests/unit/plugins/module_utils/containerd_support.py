@@ -1,7 +1,7 @@
 """Shared by the containerd_config unit tests: the node's paths, the fixture loader and the plan helper."""
 import os
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config as cc
+from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config as cc
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "containerd")
 CONFIG = "/etc/containerd/config.toml"

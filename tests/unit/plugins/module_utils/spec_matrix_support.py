@@ -2,7 +2,7 @@
 import os
 import shutil
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from testlib import fixture_text
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))

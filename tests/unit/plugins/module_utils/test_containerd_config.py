@@ -8,8 +8,8 @@ import tomllib
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config as cc
-from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compat
+from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config as cc
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
 
 from containerd_support import BINARY, CONFIG, DROP_IN, DROP_IN_DIR, FIXTURES, after, fixture, run_plan
 

@@ -4,7 +4,7 @@ import tomllib
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config as cc
+from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config as cc
 
 from containerd_support import BINARY, CONFIG, DROP_IN, DROP_IN_DIR, after, fixture, run_plan
 

@@ -1,9 +1,9 @@
-"""Cordon ownership: every branch of take and release, and the bad inputs (module_utils/cordon_ownership.py)."""
+"""Cordon ownership: every branch of take and release, and the bad inputs (plugin_utils/cordon_ownership.py)."""
 import copy
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import cordon_ownership as co
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import cordon_ownership as co
 
 NOW = "2026-11-30T12:00:00Z"
 OWNER, TIME, RUN = co.OWNER_ANNOTATION, co.TIME_ANNOTATION, co.RUN_ID_ANNOTATION

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import dcgm
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import dcgm
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dcgm")
 HEADER = ("+---------------------------+------------------------------------------------+\n"

@@ -7,8 +7,8 @@ import jinja2
 import pytest
 import yaml
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import device_counts as dc
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health as gh
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import device_counts as dc
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health as gh
 
 from gpu_fixtures import REPO, text
 

@@ -1,5 +1,5 @@
 """fleet_compliance: the containerd and readiness checks, and the tool-run cache."""
-from ansible_collections.gpu_native.fleet.plugins.module_utils import fleet_compliance as fc
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import fleet_compliance as fc
 
 V2 = """version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]

@@ -1,12 +1,13 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """gpu_health.choose_kernel_log: the one fallback order of a ``kernel_log: auto`` run, shared by gpu_health's own
-reader and the readiness agent's incremental one (module_utils.kernel_log_state).
+reader and the readiness agent's incremental one (module_utils.gpu.kernel_log_state).
 
 The results are real node_tools.ToolResult objects in the states the runner gives them."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health, kernel_log_state, node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health, kernel_log_state
 
 SINCE = "-24h"
 JOURNAL_NVRM = "2026-11-30T22:43:04+0000 n kernel: NVRM: Xid (PCI:0000:18:00): 119, pid=1, name=x, GSP timeout\n"

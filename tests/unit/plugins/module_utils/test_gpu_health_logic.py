@@ -1,13 +1,13 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Verdict rules of module_utils.gpu_health, one test per rule, plus live collection with the stand-in."""
+"""Verdict rules of module_utils.gpu.gpu_health, one test per rule, plus live collection with the stand-in."""
 import os
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health as gh
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health as gh
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import XidCatalogError
 
 from gpu_fixtures import REPO, STANDIN_PATH, captured_inputs, text, verdict_cases
 

@@ -1,8 +1,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The rules that choose which pods leave a node (module_utils/gpu_pods.py) and the eviction loop, on a fake API."""
+"""The rules that choose which pods leave a node (module_utils/k8s/gpu_pods.py) and the eviction loop, on a fake API."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_pods
+from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s import gpu_pods
 
 NODE = "gpu-node-1"
 

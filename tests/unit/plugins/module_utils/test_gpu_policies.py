@@ -8,7 +8,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpu_native.fleet.plugins.filter.gpu_policy_objects import gpu_policy_objects
-from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_policies import (
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import (
     GpuPolicyError,
     render_policy_objects,
 )

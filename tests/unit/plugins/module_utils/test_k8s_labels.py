@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s_labels import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s.k8s_labels import (
     K8sLabelError,
     gpu_node_labels,
     label_key_problem,
@@ -13,7 +13,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s_labels import
     memory_label,
     taint_problem,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import parse_query_xml
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import parse_query_xml
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia")
 MARKER = "# ---- BEGIN VERBATIM ----\n"

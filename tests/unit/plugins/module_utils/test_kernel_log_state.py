@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The readiness agent's incremental kernel-log reader (module_utils.kernel_log_state), issue #15.
+"""The readiness agent's incremental kernel-log reader (module_utils.gpu.kernel_log_state), issue #15.
 
 journalctl is tests/standins/journalctl (no journald with kernel messages here); dmesg is a two-line stand-in
 that prints a file.  Both run through the real runner (node_tools), as on a node.
@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health, kernel_log_state, node_tools, xid
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health, kernel_log_state, xid
 
 from gpu_fixtures import text
 

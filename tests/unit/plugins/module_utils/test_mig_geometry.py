@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_geometry as mg
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_geometry as mg
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_placement as mpl
 
 # The brief's geometry, written out independently of the module's table:
 # per model, profile -> (allowed starts, size in memory slots).

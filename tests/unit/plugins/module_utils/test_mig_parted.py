@@ -3,9 +3,9 @@ import copy
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_plan as mplan
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_tables as mt
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_placement as mpl
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_plan as mplan
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_tables as mt
 
 from mig_fixtures import config_doc, mig_tables
 
@@ -228,7 +228,7 @@ def test_parse_lgip_a100_40gb():
 
 
 def test_parse_lgip_h100_matches_geometry_totals_and_ids():
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import GEOMETRY
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import GEOMETRY
     rows = mt.parse_lgip(mig_tables("H100-80GB", "-lgip"))
     profiles = GEOMETRY["H100-80GB"]["profiles"]
     assert len(rows) == 7
@@ -246,7 +246,7 @@ def test_parse_lgip_a100_80gb_old_driver_has_no_1g_20gb():
 
 
 def test_parse_lgipp_both_spellings_and_annotations():
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import GEOMETRY
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import GEOMETRY
     rows = mt.parse_lgipp(mig_tables("H100-80GB", "-lgipp"))
     assert len(rows) == 7
     by_id = dict((r["profile_id"], (r["starts"], r["size"])) for r in rows)

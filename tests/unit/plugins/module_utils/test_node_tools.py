@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools, NodeToolsError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools, NodeToolsError
 
 
 def _script(tmp_path, name, body):

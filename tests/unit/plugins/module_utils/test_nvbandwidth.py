@@ -1,10 +1,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""module_utils/nvbandwidth.py: the real outputs, the per-model thresholds, and every way an output is refused."""
+"""module_utils/gpu/nvbandwidth.py: the real outputs, the per-model thresholds, and every way an output is refused."""
 import os
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import nvbandwidth as nvb
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvbandwidth as nvb
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvbandwidth")
 READ = ["device_to_device_memcpy_read_ce"]

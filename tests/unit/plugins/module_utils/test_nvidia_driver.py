@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import nvidia_driver as nd
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia_driver as nd
 
 # dkms 3.0.10 on Debian 12 in a container (captured from the test host) and on a GPU node.
 DKMS_ADDED = "nvidia-current/535.261.03: added\n"

@@ -1,14 +1,14 @@
 """Open or proprietary kernel modules and the branch floor per GPU architecture (nvidia_driver module_utils)."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_driver import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_driver import (
     MINIMUM_BRANCH,
     choose_kernel_module,
     gpu_architecture,
     kernel_flavour,
     ubuntu_prebuilt_module_packages,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import nvidia_gpus, parse_lspci
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import nvidia_gpus, parse_lspci
 
 from testlib import fixture_text
 

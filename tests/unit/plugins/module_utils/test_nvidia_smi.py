@@ -2,7 +2,7 @@
 """nvidia-smi parsers on the real captures (01, 03, 04, 08, 09) and constructed edge cases."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import nvidia_smi as smi
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia_smi as smi
 
 from gpu_fixtures import text
 

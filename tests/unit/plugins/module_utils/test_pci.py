@@ -2,7 +2,7 @@
 """PCI bus ids, lspci and sysfs GPU counting (fixture 10 plus constructed cases)."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import pci
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import pci
 
 from gpu_fixtures import text
 

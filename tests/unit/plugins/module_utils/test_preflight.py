@@ -1,8 +1,8 @@
 """The preflight verdict, the kubernetes gate, metrics and the summary."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import preflight
-from ansible_collections.gpu_native.fleet.plugins.module_utils.preflight import FAIL, PASS, SKIP, gate_result
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.preflight import FAIL, PASS, SKIP, gate_result
 
 ALL_PASS = [gate_result(gate, PASS) for gate in preflight.GATES]
 

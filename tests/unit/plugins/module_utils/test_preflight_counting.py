@@ -1,6 +1,6 @@
 """The kubernetes gate's expected allocatable, counted from the node's facts (preflight.expected_allocatable).
 
-The counts follow module_utils/device_counts.py (the field-truth rule): GPUs x time-slicing replicas, or the MIG
+The counts follow module_utils/gpu/device_counts.py (the field-truth rule): GPUs x time-slicing replicas, or the MIG
 devices per profile (mixed: nvidia.com/mig-<profile>; single: all as nvidia.com/gpu).  The MIG state below is the
 A100-SXM4-80GB capture of tests/fixtures/nvidia/01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt: 4 MIG devices,
 GPU instances 3-6, each one compute instance (14 SMs, 19968 MiB: 1g.20gb).
@@ -10,8 +10,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpu_native.fleet.plugins.filter.preflight import preflight_kubernetes_gate
-from ansible_collections.gpu_native.fleet.plugins.module_utils import preflight
-from ansible_collections.gpu_native.fleet.plugins.module_utils.preflight import FAIL, PASS, PreflightError
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.preflight import FAIL, PASS, PreflightError
 
 H100_GPUS = [{"index": i, "mig_enabled": False, "mig_devices": 0} for i in range(8)]
 A100_MIG_GPUS = [{"index": 0, "mig_enabled": True, "mig_devices": 4}]
@@ -210,7 +210,7 @@ def test_unknown_counting_keys_are_refused():
 
 
 def test_gpu_health_reports_the_mig_devices_the_counting_reads():
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health
     import os
     path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia",
                         "01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt")

@@ -1,7 +1,7 @@
 """preflight.serving_pod_problem: why the serving pod is not Ready, in one line (built from what the kubelet reports)."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import preflight
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight
 
 
 def pod(status, node="gpu-1"):

@@ -3,9 +3,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import spec_facts as sf
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import NvidiaSmiParseError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import spec_facts as sf
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import NvidiaSmiParseError
 
 from spec_matrix_support import (
     A100_XML,

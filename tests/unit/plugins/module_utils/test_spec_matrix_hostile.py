@@ -9,9 +9,9 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import spec_matrix as sm
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import sysctl_relative_path
-from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import Version
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import spec_matrix as sm
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import sysctl_relative_path
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import Version
 from ansible_collections.gpu_native.fleet.plugins.modules import spec_matrix as module
 
 from spec_matrix_support import REPO, FakeTools, h100_tools, make_root, node_facts

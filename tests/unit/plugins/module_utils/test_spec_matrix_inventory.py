@@ -4,8 +4,8 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import spec_matrix as sm
-from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import Version
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import spec_matrix as sm
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import Version
 
 from spec_matrix_support import REPO
 

@@ -3,8 +3,8 @@ import copy
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import spec_matrix as sm
-from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import parse_constraint
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import spec_matrix as sm
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import parse_constraint
 
 from spec_matrix_support import FakeTools, H100_PROFILE, h100_matrix, h100_tools, make_root, node_facts
 

@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compat
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "containerd")
 

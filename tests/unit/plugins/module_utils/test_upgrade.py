@@ -3,7 +3,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpu_native.fleet.plugins.filter import upgrade as upgrade_filters
-from ansible_collections.gpu_native.fleet.plugins.module_utils import upgrade
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import upgrade
 
 
 @pytest.mark.parametrize("value, expected", [(1, 1), ("3", 3), ("25%", "25%"), ("100%", "100%"), (" 2 ", 2)])

@@ -1,7 +1,7 @@
 """versions: dpkg-style comparison, kernel releases, driver versions, the constraint language."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import (
     ConstraintError,
     Version,
     VersionError,
@@ -186,7 +186,7 @@ def test_constraint_error_without_path_and_relocated():
 
 
 # ---- schemes (issue #11) and limits (issue #10) ------------------------------------
-from ansible_collections.gpu_native.fleet.plugins.module_utils import versions as versions_module  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import versions as versions_module  # noqa: E402
 
 
 def test_the_tool_rule_is_the_default_and_is_not_the_package_rule():

@@ -26,7 +26,7 @@ import tempfile
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import (
     compare_versions,
     dpkg_compare,
     rpm_compare,

@@ -2,7 +2,7 @@
 """Xid catalog and kernel-log parser (fixture 07 groups plus constructed lines)."""
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import xid
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import xid
 
 from gpu_fixtures import text
 

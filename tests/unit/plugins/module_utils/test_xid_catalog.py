@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import xid
-from ansible_collections.gpu_native.fleet.plugins.module_utils import xid_catalog
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import xid
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import xid_catalog
 
 from gpu_fixtures import FIXTURE_DIR, REPO
 
@@ -38,7 +38,7 @@ def test_fixture_copies_name_their_source():
 
 
 def test_generated_module_equals_the_tsvs():
-    with open(os.path.join(REPO, "plugins", "module_utils", "xid_catalog.py")) as handle:
+    with open(os.path.join(REPO, "plugins", "module_utils", "gpu", "xid_catalog.py")) as handle:
         assert handle.read() == generator().render(), "run tests/tools/gen_xid_catalog.py"
     assert sorted(xid_catalog.XID_ROWS) == list(range(1, 173))
     assert len(xid_catalog.NVLINK5_DECODE) == len(tsv_rows(DECODE_TSV)) == 95

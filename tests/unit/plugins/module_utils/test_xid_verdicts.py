@@ -1,6 +1,6 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """gpu_health verdicts driven by NVIDIA's Xid catalog (issue #12 section 1)."""
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health as gh
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health as gh
 
 from gpu_fixtures import text
 from test_xid_catalog import FALLEN_MULTILINE, L145_V2, L149_PEER, L149_V2

@@ -42,28 +42,28 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.device_counts import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     GPU as GPU_RESOURCE,
     DeviceCountError,
     compare,
     expected_resources,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import (
     NvidiaSmiParseError,
     detect_no_driver,
     parse_query_text,
     parse_query_xml,
     parse_table,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     LspciParseError,
     count_nvidia_gpus,
     nvidia_gpus,
     parse_lspci,
     read_sysfs_pci_devices,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import (
     ACTION_RANK,
     NOT_READY_ACTIONS,
     classify,
@@ -407,7 +407,7 @@ def _pci_devices(inputs):
 
 
 def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons, notes):
-    """Per-resource expected vs actual device-plugin counts (module_utils.device_counts)."""
+    """Per-resource expected vs actual device-plugin counts (module_utils.gpu.device_counts)."""
     listed = [{"mig_enabled": g.mig_enabled, "mig_devices": g.mig_device_count}
               for g in gpus.all() if g.seen_by_nvidia_smi]
     if gpu_count is not None and gpu_count > len(listed):
@@ -722,7 +722,7 @@ def choose_kernel_log(since, journal, journal_text, read_dmesg, incremental=Fals
     """Which kernel log a ``kernel_log: auto`` run judges; returns ``(text, source)``.
 
     The one fallback order of gpu_health's own reader (``_collect_kernel_log``)
-    and the readiness agent's incremental reader (module_utils.kernel_log_state),
+    and the readiness agent's incremental reader (module_utils.gpu.kernel_log_state),
     each passing its own reads:
 
     1. the journal, when it answered (``journal``, a node_tools result) and the
@@ -780,7 +780,7 @@ def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/
     ``nvidia_smi``, ``lspci`` and ``kernel_log``.  Returns ``(inputs, sources)``;
     ``tools.calls`` holds every call's result.  ``kernel_log_reader`` (live only)
     replaces the kernel-log step, with the same arguments as ``_collect_kernel_log``
-    (the readiness agent's incremental reader, module_utils.kernel_log_state)."""
+    (the readiness agent's incremental reader, module_utils.gpu.kernel_log_state)."""
     since = validate_since(xid_since)
     inputs = {}
     sources = {}

@@ -23,8 +23,8 @@ __metaclass__ = type
 
 import copy
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import sysctl_relative_path, unit_name
-from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import sysctl_relative_path, unit_name
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import (
     ConstraintError,
     Version,
     VersionError,

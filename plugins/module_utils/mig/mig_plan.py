@@ -21,7 +21,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import (
     GEOMETRY,
     GeometryError,
     GeometryIndex,
@@ -29,8 +29,8 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry impo
     normalize_device_id,
     unverified_product,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_parted import schema_errors
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_placement import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_parted import schema_errors
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_placement import (
     PlacementCache,
     gpu_label as _gpu_label,
     layout_signature,

@@ -27,12 +27,12 @@ import os
 import re
 import stat
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import (
     NvidiaSmiParseError,
     parse_query_xml,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     count_nvidia_gpus,
     read_sysfs_pci_devices,
 )

@@ -77,12 +77,12 @@ __metaclass__ = type
 import re
 from xml.etree import ElementTree
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import (
     MAX_OUTPUT_BYTES,
     NO_DRIVER_MARKERS,
     decode_output,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     PciBusIdError,
     normalize_bus_id,
 )

@@ -19,7 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import (
     MEDIA_EXTENSION_LIMIT,
     GeometryError,
     GeometryIndex,

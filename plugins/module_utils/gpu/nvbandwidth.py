@@ -41,7 +41,7 @@ import json
 import math
 import re
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.json_limits import json_nesting_exceeds
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
 #: Inputs above this are refused (a full run on 8 GPUs prints about 30 KB).
 MAX_INPUT_CHARS = 4 * 1024 * 1024

@@ -46,9 +46,9 @@ import re
 import tempfile
 import time
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import choose_kernel_log
-from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import MAX_LINE_CHARS, _is_candidate
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.gpu_health import choose_kernel_log
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import MAX_LINE_CHARS, _is_candidate
 
 STATE_FORMAT = "gpu_native.fleet/kernel_log_state/1"
 STATE_FILE = "kernel_log_state.json"

@@ -61,12 +61,12 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     PciBusIdError,
     find_bus_id,
     normalize_bus_id,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.xid_catalog import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid_catalog import (
     NVLINK5_DECODE,
     XID_ROWS,
 )

@@ -29,7 +29,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.json_limits import json_nesting_exceeds
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
 #: Inputs above this are refused (a level-4 run on 8 GPUs prints ~200 KB).
 MAX_INPUT_CHARS = 8 * 1024 * 1024

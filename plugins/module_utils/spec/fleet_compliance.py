@@ -19,13 +19,13 @@ __metaclass__ = type
 import re
 import time
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config
-from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import GpuHealthError, collect, evaluate
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_matrix import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.gpu_health import GpuHealthError, collect, evaluate
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_matrix import (
     ProfileSelectionError, SpecMatrixError, drift_line, judge_profile, select_profile, summarize, validate_matrix)
-from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import XidCatalogError
 
 CHECKS = ("spec", "gpu_health", "containerd", "readiness")
 STATUSES = ("pass", "fail", "error", "skip", "unreachable")

@@ -14,7 +14,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.device_counts import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     MIG_ANY,
     MIG_PREFIX,
     DeviceCountError,
@@ -274,7 +274,7 @@ def _count(value, what):
 
 def expected_allocatable(gpus=None, gpu_count=None, plugin_settings=None, mig_state=None, node_name=None,
                          node_labels=None):
-    """The node's expected allocatable, by the field-truth counting rule (module_utils/device_counts.py).
+    """The node's expected allocatable, by the field-truth counting rule (module_utils/gpu/device_counts.py).
 
     ``gpus``: gpu_health's GPUs (``index``, ``mig_enabled``, ``mig_devices``);
     ``gpu_count``: the GPUs nvidia-smi counts (pads ``gpus`` when it reports

@@ -40,7 +40,7 @@ import fnmatch
 import os
 import re
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compat
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
 
 RUNC_V2 = "io.containerd.runc.v2"
 CRI_PLUGINS = {

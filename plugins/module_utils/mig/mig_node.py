@@ -24,21 +24,21 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import (
     GeometryError,
     GeometryIndex,
     merge_geometry,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_placement import PlacementCache, resolve_gpus
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_plan import actual_state, compare, evaluate
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_tables import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_placement import PlacementCache, resolve_gpus
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_plan import actual_state, compare, evaluate
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_tables import (
     MigParseError,
     is_empty_answer,
     parse_lci,
     parse_lgi,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import FAILED, NOT_CAPTURED, OK
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import FAILED, NOT_CAPTURED, OK
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import (
     NvidiaSmiParseError,
     parse_query_csv,
     parse_query_xml,
