@@ -41,6 +41,8 @@ import re
 
 from collections.abc import Mapping
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 OWNER_ANNOTATION = "gpu-native.io/cordoned-by"
 TIME_ANNOTATION = "gpu-native.io/cordoned-at"
 RUN_ID_ANNOTATION = "gpu-native.io/run-id"
@@ -59,7 +61,7 @@ _PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _SHOW = 120
 
 
-class CordonError(ValueError):
+class CordonError(FleetError, ValueError):
     """Bad input to a cordon decision; the message names the fix."""
 
 

@@ -39,6 +39,8 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 ENGINES = ("vap", "kyverno", "both")
 ACTIONS = ("Enforce", "Audit")
 VAP_ACTIONS = ("Deny", "Warn", "Audit")
@@ -63,7 +65,7 @@ _CEL_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESOURCE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?[-_.]?\*?$")
 
 
-class GpuPolicyError(ValueError):
+class GpuPolicyError(FleetError, ValueError):
     """Invalid input; the message names the variable and the fix."""
 
 

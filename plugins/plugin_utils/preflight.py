@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     MIG_ANY,
     MIG_PREFIX,
@@ -53,7 +54,7 @@ FULL_COMPUTE_INSTANCE_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 _SLICES_RE = re.compile(r"^(\d+)g\.")
 
 
-class PreflightError(Exception):
+class PreflightError(FleetError):
     """Gate results that cannot be judged (a caller mistake)."""
 
 

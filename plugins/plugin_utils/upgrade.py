@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.preflight import fixed_width_table
 
 _COUNT = re.compile(r"^[1-9][0-9]{0,5}$")
@@ -16,7 +17,7 @@ _PERCENT = re.compile(r"^([1-9][0-9]?|100)%$")
 _EPOCH = re.compile(r"^[0-9]+:")
 
 
-class UpgradeError(ValueError):
+class UpgradeError(FleetError, ValueError):
     """A bad upgrade setting; the message names it and the fix."""
 
 

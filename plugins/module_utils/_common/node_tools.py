@@ -34,6 +34,8 @@ import subprocess
 import tempfile
 import time
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 #: Statuses of a :class:`ToolResult`.
 OK = "ok"
 MISSING = "missing"
@@ -140,7 +142,7 @@ class ToolResult(object):
         }
 
 
-class NodeToolsError(Exception):
+class NodeToolsError(FleetError):
     """A caller mistake (bad option), not a tool failure."""
 
 

@@ -22,17 +22,19 @@ import datetime
 import math
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 TOML_PACKAGES_HINT = (
     "Install a TOML reader for the node's Python: python3-tomli (Debian 12, Ubuntu 22.04+) "
     "or python3-toml (older releases), or use Python 3.11+ (tomllib)"
 )
 
 
-class TomlUnavailableError(Exception):
+class TomlUnavailableError(FleetError):
     """No TOML reader can be imported on this Python."""
 
 
-class TomlParseError(Exception):
+class TomlParseError(FleetError):
     """The text is not valid TOML.  ``line``/``column`` are 1-based or None."""
 
     def __init__(self, reason, line=None, column=None):
@@ -141,7 +143,7 @@ _ESCAPES = {
 }
 
 
-class TomlWriteError(Exception):
+class TomlWriteError(FleetError):
     """A value that TOML cannot represent (None, unknown types)."""
 
 

@@ -79,6 +79,8 @@ try:  # Python 3.11+ moved (and deprecated) sre_parse
 except ImportError:  # pragma: no cover - Python < 3.11
     import sre_parse as _sre_parse
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 __all__ = [
     "ConstraintError",
     "VersionError",
@@ -122,11 +124,11 @@ _SERIES_SEPARATORS = ".-+~:_^"
 _INTEGER_RE = re.compile(r"^\d+$")
 
 
-class VersionError(ValueError):
+class VersionError(FleetError, ValueError):
     """Raised when a string cannot be read as a version."""
 
 
-class ConstraintError(ValueError):
+class ConstraintError(FleetError, ValueError):
     """Raised for a malformed constraint; the message names the string and why."""
 
     def __init__(self, text, reason, path=None):
@@ -682,7 +684,7 @@ def _repeat_opcodes():
     return _REPEATS
 
 
-class _TooDeep(Exception):
+class _TooDeep(FleetError):
     pass
 
 

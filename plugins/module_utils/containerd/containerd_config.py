@@ -40,6 +40,7 @@ import fnmatch
 import os
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
 
 RUNC_V2 = "io.containerd.runc.v2"
@@ -70,7 +71,7 @@ _MARKER_RE = re.compile(
 _RUNTIME_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-class ContainerdConfigError(Exception):
+class ContainerdConfigError(FleetError):
     """A config that cannot be handled; the message says why and how to fix it."""
 
 

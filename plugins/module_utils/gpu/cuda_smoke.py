@@ -27,6 +27,8 @@ import signal
 import time
 from array import array
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 LIBRARY = "libcuda.so.1"
 #: Elements in each buffer (4 MiB of float32 each).
 ELEMENTS = 1 << 20
@@ -81,17 +83,17 @@ _NVIDIA_SMI_L_GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+
 _NVIDIA_SMI_L_MIG_RE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-zA-Z/-]+)\)")
 
 
-class CudaError(Exception):
+class CudaError(FleetError):
     """A CUDA driver call failed; ``name`` is ``cuGetErrorName``'s text."""
 
     def __init__(self, call, code, name, text):
-        Exception.__init__(self, "%s failed: %s (%d)%s" % (call, name, code, ": " + text if text else ""))
+        FleetError.__init__(self, "%s failed: %s (%d)%s" % (call, name, code, ": " + text if text else ""))
         self.call = call
         self.code = code
         self.name = name
 
 
-class LibraryMissing(Exception):
+class LibraryMissing(FleetError):
     """libcuda.so.1 cannot be loaded."""
 
 

@@ -29,6 +29,7 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
 #: Inputs above this are refused (a level-4 run on 8 GPUs prints ~200 KB).
@@ -60,7 +61,7 @@ _VERSION_ROW_RE = re.compile(r"^\|\s*DCGM Version\s*\|\s*([^|]+?)\s*\|", re.M)
 _GPU_IN_TEXT_RE = re.compile(r"\bGPUs?:?\s*((?:\d+\s*,\s*)*\d+)")
 
 
-class DcgmParseError(Exception):
+class DcgmParseError(FleetError):
     """The output cannot be read as a DCGM diagnostic."""
 
 

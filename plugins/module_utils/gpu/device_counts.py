@@ -33,6 +33,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 MIG_ANY = "nvidia.com/mig-*"
@@ -41,7 +43,7 @@ _SHARING_KEYS = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
 _RESOURCE_KEYS = ("name", "rename", "replicas", "devices")
 
 
-class DeviceCountError(ValueError):
+class DeviceCountError(FleetError, ValueError):
     """A device-plugin config or MIG layout the expectation cannot be computed from."""
 
 

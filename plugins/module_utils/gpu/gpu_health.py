@@ -42,6 +42,7 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     GPU as GPU_RESOURCE,
     DeviceCountError,
@@ -87,7 +88,7 @@ _PENDING_RECOVERY = {
 }
 
 
-class GpuHealthError(ValueError):
+class GpuHealthError(FleetError, ValueError):
     """Input the verdict cannot be computed from (one line, with the fix)."""
 
 

@@ -46,6 +46,7 @@ import re
 import tempfile
 import time
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.gpu_health import choose_kernel_log
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import MAX_LINE_CHARS, _is_candidate
@@ -70,7 +71,7 @@ _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 6048
 _SINCE_RE = re.compile(r"^-?(\d+)\s*(s|sec|m|min|h|d|w)$")
 
 
-class KernelLogStateError(ValueError):
+class KernelLogStateError(FleetError, ValueError):
     """Input the reader cannot work with (one line, with the fix)."""
 
 

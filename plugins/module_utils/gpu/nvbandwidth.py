@@ -41,6 +41,7 @@ import json
 import math
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
 #: Inputs above this are refused (a full run on 8 GPUs prints about 30 KB).
@@ -133,11 +134,11 @@ _ERROR_RE = re.compile(r"^\s*(\[CUDA_ERROR|\[cuda|NVML_ERROR|ASSERT in|ERROR: In
 _ARROW_RE = re.compile(r"GPU\(row\)\s*(<->|->|<-)\s*GPU\(column\)")
 
 
-class NvbandwidthParseError(Exception):
+class NvbandwidthParseError(FleetError):
     """The output cannot be read as nvbandwidth output."""
 
 
-class ThresholdError(Exception):
+class ThresholdError(FleetError):
     """A threshold override that cannot be used (a caller mistake)."""
 
 

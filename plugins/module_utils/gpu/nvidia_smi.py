@@ -77,6 +77,7 @@ __metaclass__ = type
 import re
 from xml.etree import ElementTree
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import (
     MAX_OUTPUT_BYTES,
     NO_DRIVER_MARKERS,
@@ -110,7 +111,7 @@ _ENTITY_RE = re.compile(r"<!ENTITY", re.IGNORECASE)
 _QUERY_GPU_HEADER_RE = re.compile(r"^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$")
 
 
-class NvidiaSmiParseError(ValueError):
+class NvidiaSmiParseError(FleetError, ValueError):
     """nvidia-smi output that cannot be parsed."""
 
 

@@ -35,6 +35,8 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 NVIDIA_VENDOR_ID = "10de"
 GPU_CLASS_CODES = ("0302", "0300")
 BRIDGE_CLASS_CODE = "0680"
@@ -85,11 +87,11 @@ MAX_LSPCI_CHARS = 32 * 1024 * 1024
 MAX_LSPCI_LINE = 1024
 
 
-class PciBusIdError(ValueError):
+class PciBusIdError(FleetError, ValueError):
     """A text is not a PCI bus id in any known spelling."""
 
 
-class LspciParseError(ValueError):
+class LspciParseError(FleetError, ValueError):
     """lspci output that cannot be read (past the size bound)."""
 
 

@@ -61,6 +61,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     PciBusIdError,
     find_bus_id,
@@ -138,7 +139,7 @@ _NVLINK5_RE = re.compile(
 )
 
 
-class XidCatalogError(ValueError):
+class XidCatalogError(FleetError, ValueError):
     """An invalid Xid action override."""
 
 

@@ -48,6 +48,8 @@ __metaclass__ = type
 import re
 import time
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 DEFAULT_PREFIXES = ("nvidia.com/",)
 # Bounds: hostile or huge listings stay cheap to judge and to report.
@@ -60,7 +62,7 @@ MAX_CONTAINERS = 256
 _PDB_RE = re.compile(r"disruption budget ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)")
 
 
-class EvictionError(Exception):
+class EvictionError(FleetError):
     """A failure with a one-line cause and its fix; ``result`` holds what was done so far."""
 
     def __init__(self, message, result=None):

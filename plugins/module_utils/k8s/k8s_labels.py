@@ -33,6 +33,8 @@ import re
 
 from collections.abc import Mapping, Sequence
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 LABEL_ACCELERATOR = "accelerator"
 LABEL_MODEL = "gpu.nvidia.com/model"
 LABEL_MEMORY = "gpu.nvidia.com/memory"
@@ -74,7 +76,7 @@ def type_name(value):
     return type(value).__name__
 
 
-class K8sLabelError(ValueError):
+class K8sLabelError(FleetError, ValueError):
     """A label cannot be derived or is invalid; the message names the fix."""
 
 

@@ -33,6 +33,8 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 # Starts and sizes shared by every 7-slice model (A100, H100, H200, B200).
 _STARTS_1G = [0, 1, 2, 3, 4, 5, 6]
 _STARTS_1G_DOUBLE = [0, 2, 4, 6]
@@ -197,7 +199,7 @@ def display_key(value):
 MAX_TEXT_KEY = 80
 
 
-class GeometryError(ValueError):
+class GeometryError(FleetError, ValueError):
     """A geometry override or a device id is malformed."""
 
 

@@ -24,6 +24,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import (
     GeometryError,
     GeometryIndex,
@@ -51,11 +52,11 @@ FIX_LAYOUT = ("Fix: change the layouts named in errors (placements per model: nv
 FIX_DRIVER = "Fix: check the driver with nvidia-smi on the node."
 
 
-class MigNodeError(Exception):
+class MigNodeError(FleetError):
     """One line for fail_json, and the facts to return with it."""
 
     def __init__(self, msg, **facts):
-        Exception.__init__(self, msg)
+        FleetError.__init__(self, msg)
         self.msg = msg
         self.facts = facts
 

@@ -19,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import (
     MEDIA_EXTENSION_LIMIT,
     GeometryError,
@@ -54,7 +55,7 @@ class Infeasible:
         return {"kind": self.kind, "profile": self.profile, "message": self.message}
 
 
-class _SearchLimit(Exception):
+class _SearchLimit(FleetError):
     pass
 
 

@@ -15,8 +15,10 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 
-class MigParseError(ValueError):
+
+class MigParseError(FleetError, ValueError):
     """nvidia-smi MIG output that cannot be read."""
 
 

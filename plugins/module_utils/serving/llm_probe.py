@@ -29,6 +29,8 @@ try:  # Python 3
 except ImportError:  # pragma: no cover - Python 2 is not supported on nodes
     raise
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 #: Responses larger than this are cut and judged malformed.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 #: At most this many streamed events are read.
@@ -36,7 +38,7 @@ MAX_STREAM_EVENTS = 20000
 DEFAULT_PROMPT = "Write one sentence about GPUs."
 
 
-class LlmProbeError(Exception):
+class LlmProbeError(FleetError):
     """A caller mistake (bad option)."""
 
 

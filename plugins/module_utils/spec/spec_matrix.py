@@ -23,6 +23,7 @@ __metaclass__ = type
 
 import copy
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import sysctl_relative_path, unit_name
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import (
     ConstraintError,
@@ -110,7 +111,7 @@ PACKAGE_STATES = ("present", "absent")
 _ENABLED_FILE_STATES = ("enabled", "enabled-runtime", "alias", "static", "indirect", "generated")
 
 
-class SpecMatrixError(ValueError):
+class SpecMatrixError(FleetError, ValueError):
     """The matrix is invalid; ``errors`` lists ``"path: reason"`` strings."""
 
     def __init__(self, errors):
@@ -118,7 +119,7 @@ class SpecMatrixError(ValueError):
         super(SpecMatrixError, self).__init__("; ".join(self.errors))
 
 
-class ProfileSelectionError(ValueError):
+class ProfileSelectionError(FleetError, ValueError):
     """No profile could be chosen for this node."""
 
 
