@@ -1,6 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the gpu_native.fleet collection: not a public API; it may change in any release.
+# Runs on the controller only (filter plugins); never imported by a module or the gpu_readiness agent.
 """The preflight verdict: gate results in, a join decision, node annotations and metrics out.
 
 Kept in Python (and exposed as filters) so that the role's YAML only moves

@@ -1,6 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the gpu_native.fleet collection: not a public API; it may change in any release.
+# Runs on the controller only (filter plugins); never imported by a module or the gpu_readiness agent.
 """Rolling upgrades (playbooks/driver_upgrade.yml): batch size, failure budget, version match, summary table."""
 
 from __future__ import absolute_import, division, print_function

@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the gpu_native.fleet collection: not a public API; it may change in any release.
+# Runs on managed nodes (in the modules that import it): standard library only (a TOML reader, tomllib, tomli
+# or toml, is used when the node has one), Python 3.8+.
 """Read TOML with whatever the managed node has, and write it without a library.
 
 Reading: ``tomllib`` (Python 3.11+), else ``tomli`` (same API), else the older

@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the gpu_native.fleet collection: not a public API; it may change in any release.
+# Runs on managed nodes (in the modules that import it, some also in the gpu_readiness agent):
+# standard library only, Python 3.8+.
 """containerd config logic: versions, CRI tables, the OCI runtime handler, imports.
 
 Pure functions over file *text*: ``plan()`` takes what is on disk and returns

@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the gpu_native.fleet collection: not a public API; it may change in any release.
+# Runs on managed nodes (in the modules that import it, some also in the gpu_readiness agent):
+# standard library only, Python 3.8+.
 """Parsers for the ``nvidia-smi mig`` tables: ``-lgip``, ``-lgipp``, ``-lgi``, ``-lci``.
 
 ``EMPTY_MARKERS`` are the texts nvidia-smi prints (with a non-zero exit) when

@@ -1,5 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the gpu_native.fleet collection: not a public API; it may change in any release.
+# Runs on managed nodes (in the modules that import it, some also in the gpu_readiness agent):
+# standard library only, Python 3.8+.
 """Node-side compliance checks for one host in one module execution.
 
 Each check calls the collection's own logic (spec_matrix/spec_facts, gpu_health,
