@@ -124,11 +124,6 @@ def test_an_unwritable_state_dir_still_writes_the_metrics(node, tmp_path, capsys
     assert "cannot write the kernel-log state" in capsys.readouterr().err
 
 
-def test_the_role_installs_the_reader_next_to_the_agent():
-    with open(os.path.join(REPO, "roles", "gpu_readiness", "vars", "main.yml")) as handle:
-        assert "  - gpu/kernel_log_state.py\n" in handle.read()
-
-
 def test_footprint_benchmark_runs_with_a_small_journal(tmp_path):
     """Keeps benchmarks/agent_footprint.py working (issue #15); never asserts timings."""
     report = bench.run(2000, 1, str(tmp_path))
