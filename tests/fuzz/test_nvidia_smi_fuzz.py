@@ -29,7 +29,7 @@ if not os.path.islink(os.path.join(_BASE, "ansible_collections", "gpu_native", "
         pass
 if _BASE not in sys.path:
     sys.path.insert(0, _BASE)
-sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
+sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils", "gpu"))
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia_smi as smi  # noqa: E402
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import pci  # noqa: E402

@@ -12,7 +12,7 @@ Usage (from the repository root):
 
 The data is generated Python (not a data file) because Ansible ships a
 module's module_utils imports to the node, and only Python files travel.
-tests/unit/plugins/module_utils/test_xid_catalog.py checks that the committed
+tests/unit/plugins/module_utils/gpu/test_xid_catalog.py checks that the committed
 module equals what this script generates.
 """
 import argparse

@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The readiness agent with its incremental kernel-log reader (issue #15): the metrics of a steady-state run are
 those of a run that reads the whole window; the state file never breaks a run.  The reader's own cases are in
-tests/unit/plugins/module_utils/test_kernel_log_state.py; benchmarks/agent_footprint.py runs here as a smoke test."""
+tests/unit/plugins/module_utils/gpu/test_kernel_log_state.py; benchmarks/agent_footprint.py runs here as a smoke test."""
 import importlib.util
 import json
 import os

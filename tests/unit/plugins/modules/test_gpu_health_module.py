@@ -10,7 +10,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpu_native.fleet.plugins.modules import gpu_health
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils", "gpu"))
 from gpu_fixtures import REPO, STANDIN_PATH, captured_inputs, text, verdict_cases  # noqa: E402
 
 

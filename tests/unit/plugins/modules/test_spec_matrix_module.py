@@ -10,7 +10,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tool
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.modules import spec_matrix as module
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils", "spec"))
 from spec_matrix_support import FakeTools, h100_matrix, h100_tools, make_root, node_facts  # noqa: E402
 
 

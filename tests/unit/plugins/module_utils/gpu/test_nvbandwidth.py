@@ -6,7 +6,7 @@ import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvbandwidth as nvb
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvbandwidth")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "nvbandwidth")
 READ = ["device_to_device_memcpy_read_ce"]
 
 

@@ -15,7 +15,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s.k8s_labels im
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import parse_query_xml
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "nvidia")
 MARKER = "# ---- BEGIN VERBATIM ----\n"
 
 

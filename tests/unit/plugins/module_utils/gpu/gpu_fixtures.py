@@ -9,7 +9,7 @@ import importlib.util
 import json
 import os
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 FIXTURE_DIR = os.path.join(REPO, "tests", "fixtures", "nvidia")
 STANDIN_PATH = os.path.join(REPO, "tests", "standins", "nvidia-smi")
 _STANDIN = []

@@ -16,7 +16,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_he
 
 from gpu_fixtures import text
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 JOURNALCTL = os.path.join(REPO, "tests", "standins", "journalctl")
 NOW = int(time.time())
 BUS_A, BUS_B = "0000:18:00", "0000:2a:00"

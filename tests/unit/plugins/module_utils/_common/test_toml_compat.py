@@ -12,7 +12,7 @@ import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "containerd")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "containerd")
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@ import os
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config as cc
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "containerd")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "containerd")
 CONFIG = "/etc/containerd/config.toml"
 DROP_IN_DIR = "/etc/containerd/conf.d"
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"

@@ -6,7 +6,7 @@ import yaml
 
 from testlib import fixture_text
 
-FIXTURE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "mig")
+FIXTURE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "mig")
 # Where each capture lives (one copy of each file under tests/fixtures/).
 _FOLDER = {"09_nvsmi_mig_tables_part.txt": "nvidia"}
 _BLOCK_RE = re.compile(r"^# ---- \[(?P<tag>[^\]]+)\](?P<rest>.*?)(?: ----)?$")

@@ -5,7 +5,7 @@ import shutil
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from testlib import fixture_text
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 SPEC_FIXTURES = os.path.join(FIXTURES, "spec_matrix")
 H100_XML = os.path.join(FIXTURES, "nvidia", "constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt")

@@ -5,7 +5,7 @@ import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import dcgm
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dcgm")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "dcgm")
 HEADER = ("+---------------------------+------------------------------------------------+\n"
           "| Diagnostic                | Result                                         |\n"
           "+===========================+================================================+\n")
