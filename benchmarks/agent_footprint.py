@@ -140,7 +140,8 @@ def install_agent(work):
     target = os.path.join(work, "install", "ansible_collections", "gpu_native", "fleet", "plugins", "module_utils")
     os.makedirs(target)
     for name in re.findall(r"^\s+-\s+(\S+\.py)\s*$", listing, re.MULTILINE):
-        shutil.copy(os.path.join(REPO, "plugins", "module_utils", name), target)
+        os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
+        shutil.copy(os.path.join(REPO, "plugins", "module_utils", name), os.path.join(target, name))
     agent = os.path.join(work, "install", os.path.basename(AGENT))
     shutil.copy(AGENT, agent)
     return agent

@@ -227,7 +227,7 @@ def _parse_ms(workdir):
     The sum over the spec and gpu_health checks' parse_ms (tool run time excluded), the max of 3 runs.
     """
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import fleet_compliance  # noqa: E402
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import fleet_compliance  # noqa: E402
     home = os.path.join(workdir, "hosts", "node001")
     os.environ["NVIDIA_SMI_STANDIN_CAPTURE"] = CAPTURE
     os.environ["CONTAINERD_STANDIN_CONFIG"] = os.path.join(home, "containerd.toml")

@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.join(REPO, ".cache", "collections"))
 if not os.path.isdir(os.path.join(REPO, ".cache", "collections", "ansible_collections", "gpu_native", "fleet")):
     sys.exit("Run `make collection-link` first (links the checkout as ansible_collections/gpu_native/fleet).")
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl  # noqa: E402
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_plan as mplan  # noqa: E402
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_geometry import GEOMETRY  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_placement as mpl  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_plan as mplan  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import GEOMETRY  # noqa: E402
 
 
 def random_layout(rng, model, invalid_share=0.05):

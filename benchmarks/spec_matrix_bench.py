@@ -50,8 +50,8 @@ def ansible(module, args=None):
 
 def in_process(matrix, runs):
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_matrix import judge_profile, validate_matrix
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_matrix import judge_profile, validate_matrix
     times = []
     for dummy in range(runs):
         start = time.perf_counter()

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(REPO, ".cache", "collections"))
 if not os.path.isdir(os.path.join(REPO, ".cache", "collections", "ansible_collections", "gpu_native", "fleet")):
     sys.exit("Run `make collection-link` first (links the checkout as ansible_collections/gpu_native/fleet).")
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health  # noqa: E402
 
 LINE = "[1.0] NVRM: Xid (PCI:0000:18:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 09 (0x025525c6 0x00000000)\n"
 

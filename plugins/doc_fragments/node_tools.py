@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """Options of every module that runs the node's NVIDIA tools (module_utils/node_tools.py).
+    """Options of every module that runs the node's NVIDIA tools (module_utils/_common/node_tools.py).
 
     ``gpu_native.fleet.node_tools``: the binary and the timeout.
     ``gpu_native.fleet.node_tools.captured``: O(source) and O(captured), for modules that can replay a support

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Cordon ownership filter: take or release a node's cordon (logic in module_utils/cordon_ownership.py)."""
+"""Cordon ownership filter: take or release a node's cordon (logic in plugin_utils/cordon_ownership.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -10,8 +10,8 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import cordon_ownership
-from ansible_collections.gpu_native.fleet.plugins.module_utils.plain_data import to_plain
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import cordon_ownership
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 
 
 def _bool(value, name):

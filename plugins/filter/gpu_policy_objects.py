@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_policies import (
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import (
     GpuPolicyError,
     render_policy_objects,
 )

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """k8s_label_problems, k8s_problems: what the API server would refuse, checked before any change.
 
-The rules live in plugins/module_utils/k8s_labels.py; roles call these filters instead of repeating regexes.
+The rules live in plugins/module_utils/k8s/k8s_labels.py; roles call these filters instead of repeating regexes.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 from collections.abc import Mapping
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s_labels import KINDS, problems, type_name
+from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s.k8s_labels import KINDS, problems, type_name
 
 
 def k8s_label_problems(labels, name="labels"):

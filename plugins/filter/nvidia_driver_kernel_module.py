@@ -4,7 +4,7 @@
 """nvidia_driver_kernel_module: open or proprietary kernel modules for a branch and the GPUs on the PCI bus.
 
 The decision and its data (architectures, branch floors, open-only GPUs) live in
-plugins/module_utils/nvidia_driver.py; the nvidia_driver role calls this filter.
+plugins/module_utils/gpu/nvidia_driver.py; the nvidia_driver role calls this filter.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s_labels import type_name
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_driver import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s.k8s_labels import type_name
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_driver import (
     choose_kernel_module,
     ubuntu_prebuilt_module_packages,
 )

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Preflight filters: the verdict, the kubernetes gate and the fleet summary (logic in module_utils/preflight.py)."""
+"""Preflight filters: the verdict, the kubernetes gate and the fleet summary (logic in plugin_utils/preflight.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,8 +11,8 @@ import time
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import preflight
-from ansible_collections.gpu_native.fleet.plugins.module_utils.plain_data import to_plain
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 
 
 def preflight_verdict(results, required=None, node="", timestamp=None):

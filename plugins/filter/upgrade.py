@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Rolling upgrade filters (logic in module_utils/upgrade.py)."""
+"""Rolling upgrade filters (logic in plugin_utils/upgrade.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -9,8 +9,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import upgrade
-from ansible_collections.gpu_native.fleet.plugins.module_utils.plain_data import to_plain
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import upgrade
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 
 
 def upgrade_summary(rows):

@@ -239,8 +239,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compat
-from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd_config import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
+from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd.containerd_config import (
     MAX_CONFIG_CHARS,
     MAX_DROP_INS,
     ContainerdConfigError,

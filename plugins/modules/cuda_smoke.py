@@ -85,8 +85,8 @@ reasons:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import cuda_smoke
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools, NodeToolsError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import cuda_smoke
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools, NodeToolsError
 
 
 def _targets(module, tools, notes):

@@ -130,8 +130,8 @@ command:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import dcgm
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import dcgm
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
 
 
 def judge(result):

@@ -223,8 +223,8 @@ command:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils import nvbandwidth as nvb
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvbandwidth as nvb
 
 TOOL_OPTIONS = ("nvidia_smi", "nvbandwidth")
 

@@ -403,14 +403,14 @@ sources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.gpu_health import (
     GpuHealthError,
     check_count,
     collect,
     evaluate,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.xid import XidCatalogError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import XidCatalogError
 
 CAPTURED_KEYS = ("nvidia_smi_xml", "nvidia_smi_query", "nvidia_smi", "lspci", "kernel_log", "device_plugin_count",
                  "device_plugin_resources")

@@ -120,13 +120,13 @@ commands:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s_labels import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s.k8s_labels import (
     K8sLabelError,
     gpu_node_labels,
     label_value_problem,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import (
     NvidiaSmiParseError,
     parse_query_xml,
 )

@@ -195,7 +195,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_pods
+from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s import gpu_pods
 
 try:
     from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC

@@ -114,7 +114,7 @@ reasons:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.llm_probe import DEFAULT_PROMPT, LlmProbeError, probe
+from ansible_collections.gpu_native.fleet.plugins.module_utils.serving.llm_probe import DEFAULT_PROMPT, LlmProbeError, probe
 
 
 def main():

@@ -190,8 +190,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_node import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_node import (
     MIG_PARTED,
     Applier,
     MigNodeError,
@@ -201,7 +201,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_node import (
     plan_node,
     step_text,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig_plan import expected_resources
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_plan import expected_resources
 
 
 def _fail(module, tools, exc, **extra):

@@ -155,8 +155,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.fleet_compliance import CHECKS, run_checks
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeToolsError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.fleet_compliance import CHECKS, run_checks
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeToolsError
 
 
 def main():

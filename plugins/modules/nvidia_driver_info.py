@@ -195,7 +195,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_driver import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_driver import (
     SECURE_BOOT_EFIVAR,
     dkms_state_for_kernel,
     find_device_users,
@@ -206,8 +206,8 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_driver imp
     parse_nvidia_smi_list,
     secure_boot_from_efivar,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.pci import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     nvidia_gpus,
     nvidia_nvswitches,
     read_sysfs_pci_devices,

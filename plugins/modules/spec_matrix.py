@@ -242,8 +242,8 @@ compatibility:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_matrix import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_matrix import (
     ProfileSelectionError,
     SpecMatrixError,
     drift_message,

@@ -1,4 +1,4 @@
-# Source: plugins/module_utils/versions.py at commit c1042cc, before issue #11 (the 'tool' rule
+# Source: plugins/module_utils/_common/versions.py at commit c1042cc, before issue #11 (the 'tool' rule
 # and the constraint language as they were). tests/fuzz uses it as the oracle for
 # 'valid inputs give the same answer as before'. Do not edit.
 # -*- coding: utf-8 -*-

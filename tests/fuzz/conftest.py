@@ -34,7 +34,7 @@ def _link_collection():
     if base not in sys.path:
         sys.path.insert(0, base)
     # this folder (_bounds.py) and the unit tests' fixture helpers (gpu_fixtures.py)
-    for path in (os.path.dirname(__file__), os.path.join(REPO_ROOT, "tests", "unit", "plugins", "module_utils")):
+    for path in (os.path.dirname(__file__), os.path.join(REPO_ROOT, "tests", "unit", "plugins", "module_utils", "gpu")):
         if path not in sys.path:
             sys.path.insert(0, path)
 

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st  
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 try:
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config as cc
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config as cc
 except ImportError:  # a plain checkout: `make collection-link` made .cache/collections
     sys.path.insert(0, os.path.join(_REPO, ".cache", "collections"))
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import containerd_config as cc
-from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compat  # noqa: E402
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config as cc
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat  # noqa: E402
 
 FIXTURES = os.path.join(_REPO, "tests", "fixtures", "containerd")
 CONFIG = "/etc/containerd/config.toml"

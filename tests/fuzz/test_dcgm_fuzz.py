@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Property tests of the dcgmi diag parsers (module_utils/dcgm.py), hypothesis.
+"""Property tests of the dcgmi diag parsers (module_utils/gpu/dcgm.py), hypothesis.
 
 * any text, JSON-shaped fragments or table-shaped rows: parse_json and parse_table raise nothing but
   DcgmParseError, and summarise never passes a run without a pass or skip result;
@@ -13,7 +13,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import dcgm
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import dcgm
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "dcgm")
 PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from _bounds import assert_effort_within, effort, size_of
 from ansible_collections.gpu_native.fleet.plugins.filter.spec_matrix_report import spec_matrix_report
-from ansible_collections.gpu_native.fleet.plugins.module_utils import spec_matrix as sm
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import sysctl_relative_path
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import spec_matrix as sm
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import sysctl_relative_path
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30),
                     st.sampled_from([">=1.7, <2.0", "550.127.08", "/^5\\.15/", "running", "8", "true", "550.*.*",

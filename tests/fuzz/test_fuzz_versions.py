@@ -1,4 +1,4 @@
-"""Fuzz: version comparison and the constraint language (plugins/module_utils/versions.py).
+"""Fuzz: version comparison and the constraint language (plugins/module_utils/_common/versions.py).
 
 Properties, for any input:
 * only the module's own errors (VersionError, ConstraintError) ever escape;
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import _versions_before as before
 from _bounds import assert_effort_within, effort, size_of
-from ansible_collections.gpu_native.fleet.plugins.module_utils.versions import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.versions import (
     CONSTRAINT_KINDS,
     SCHEMES,
     ConstraintError,

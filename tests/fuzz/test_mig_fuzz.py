@@ -10,9 +10,9 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_geometry as mg
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_plan as mplan
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_geometry as mg
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_placement as mpl
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_plan as mplan
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 PROFILES = sorted(set(n for m in mg.GEOMETRY.values() for n in m["profiles"])) + ["9g.1gb", "1c.1g.10gb", "x", ""]

@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Property tests of the nvbandwidth parsers and verdict (module_utils/nvbandwidth.py), hypothesis.
+"""Property tests of the nvbandwidth parsers and verdict (module_utils/gpu/nvbandwidth.py), hypothesis.
 
 * any text, matrix-shaped lines or JSON under the ``nvbandwidth`` key: parse raises nothing but
   NvbandwidthParseError, and judge never passes a testcase without a full matrix whose every pair reaches the floor;
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _bounds import assert_effort_within, effort
-from ansible_collections.gpu_native.fleet.plugins.module_utils import nvbandwidth as nvb
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvbandwidth as nvb
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "nvbandwidth")
 PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -29,10 +29,10 @@ if not os.path.islink(os.path.join(_BASE, "ansible_collections", "gpu_native", "
         pass
 if _BASE not in sys.path:
     sys.path.insert(0, _BASE)
-sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
+sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils", "gpu"))
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import nvidia_smi as smi  # noqa: E402
-from ansible_collections.gpu_native.fleet.plugins.module_utils import pci  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia_smi as smi  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import pci  # noqa: E402
 from gpu_fixtures import text  # noqa: E402
 
 XML_H100 = text("constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt")

@@ -12,8 +12,8 @@ parser's own input limits; no test measures time.
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health as gh
-from ansible_collections.gpu_native.fleet.plugins.module_utils import xid
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health as gh
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import xid
 
 from gpu_fixtures import text
 

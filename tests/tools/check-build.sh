@@ -10,7 +10,7 @@ tarball=".cache/dist/gpu_native-fleet-${version}.tar.gz"
 listing="$(tar tzf "$tarball")"
 
 must_have=(MANIFEST.json FILES.json README.md LICENSE meta/runtime.yml)
-for d in roles plugins/modules plugins/module_utils playbooks; do
+for d in roles plugins/modules plugins/module_utils plugins/plugin_utils playbooks; do
   [[ -d $d ]] && [[ -n "$(git ls-files "$d")" ]] && must_have+=("$d/")
 done
 must_not='^(\.venv|\.cache|\.ci|\.config|\.git|\.ansible|\.pytest_cache|tests/(output|unit|integration|standins|fixtures|images|tools|k8s_standin|apt_repo|conftest\.py|testlib\.py)|molecule|benchmarks)(/|$)|__pycache__|\.pyc$|\.tar(\.gz)?$'

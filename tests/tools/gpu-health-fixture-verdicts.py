@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
+sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils", "gpu"))
 
 from gpu_fixtures import captured_inputs, verdict_cases  # noqa: E402
 

@@ -94,7 +94,7 @@ def test_verdict(host, metrics):
 
 def test_agent_uses_the_collections_module_utils(host):
     base = "/usr/local/lib/gpu-native-readiness/ansible_collections/gpu_native/fleet/plugins/module_utils"
-    for name in ("node_tools.py", "pci.py", "nvidia_smi.py", "xid.py", "gpu_health.py"):
+    for name in ("_common/node_tools.py", "gpu/pci.py", "gpu/nvidia_smi.py", "gpu/xid.py", "gpu/gpu_health.py"):
         assert host.file("%s/%s" % (base, name)).exists
     config = host.file("/etc/gpu-native-readiness/config.json").content_string
     assert '"expected_gpus": 8' in config

@@ -17,7 +17,7 @@ The agent never fails the timer: on an internal error it writes the metrics it
 has plus ``gpu_native_readiness_agent_error 1`` and exits 0.  The file is
 written atomically (temporary file in the same directory, then rename).
 
-The kernel log is read incrementally (module_utils.kernel_log_state): each run
+The kernel log is read incrementally (module_utils.gpu.kernel_log_state): each run
 reads only the lines added since the last one (journal cursor, dmesg position
 or file offset, kept with the boot id in ``<state_dir>/kernel_log_state.json``)
 and judges the Xids of the whole ``xid_since`` window from the kept lines.
@@ -142,13 +142,13 @@ def write_atomically(directory, file_name, content):
 
 def node_tools():
     """The collection's runner, copied next to this script by the role."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools as runner
+    from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools as runner
     return runner
 
 
 def kernel_log_state():
-    """The incremental kernel-log reader and its state file (module_utils.kernel_log_state)."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import kernel_log_state as reader
+    """The incremental kernel-log reader and its state file (module_utils.gpu.kernel_log_state)."""
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import kernel_log_state as reader
     return reader
 
 
@@ -251,7 +251,7 @@ def record_success(state_dir, now):
 
 def evaluate_node(config, metrics, now):
     """Fill ``metrics``; return an error line or None."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_health import collect, evaluate
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.gpu_health import collect, evaluate
 
     timeout = config.get("command_timeout")
     tools = node_tools().NodeTools(

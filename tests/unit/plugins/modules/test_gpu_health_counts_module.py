@@ -9,7 +9,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpu_native.fleet.plugins.modules import gpu_health
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils", "gpu"))
 from gpu_fixtures import text  # noqa: E402
 
 H100_XML = "constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt"

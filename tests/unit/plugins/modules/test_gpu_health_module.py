@@ -10,7 +10,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpu_native.fleet.plugins.modules import gpu_health
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils", "gpu"))
 from gpu_fixtures import REPO, STANDIN_PATH, captured_inputs, text, verdict_cases  # noqa: E402
 
 
@@ -174,8 +174,8 @@ def test_invalid_utf8_product_name():
 
     Replayed through the module's own code path (runner, collect, evaluate): ansible-core 2.19's argument
     decoder refuses such strings in some processes before main() runs, which would hide the module's answer."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils import gpu_health as gh
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health as gh
+    from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
     raw = text("constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt").encode("utf-8")
     xml = raw.replace(b"NVIDIA H100 80GB HBM3", b"NVIDIA \xff\xfe", 1).decode("utf-8", "surrogateescape")
     inputs, _sources = gh.collect(NodeTools(source="captured", captured={"nvidia_smi_xml": xml}))

@@ -7,7 +7,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.modules import mig_config
 
 NVIDIA_FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia")

@@ -6,11 +6,11 @@ import sys
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.node_tools import NodeTools
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.modules import spec_matrix as module
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils", "spec"))
 from spec_matrix_support import FakeTools, h100_matrix, h100_tools, make_root, node_facts  # noqa: E402
 
 
@@ -153,7 +153,7 @@ def test_matrix_is_required(monkeypatch, capsys, h100_root):
 
 def test_real_nvidia_smi_standin_subprocess(monkeypatch, capsys, h100_root):
     """The default runner against the repository's nvidia-smi stand-in (real subprocess, real parser)."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec_facts import NodeFacts
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
     repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
     standin = os.path.join(repo, "tests", "standins", "nvidia-smi")
     capture = os.path.join(repo, "tests", "standins", "captures", "h100x8-healthy")

@@ -13,7 +13,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu_policies import render_policy_objects
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import render_policy_objects
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE_VARS = os.path.join(REPO_ROOT, "roles", "gpu_policies", "vars", "main.yml")

@@ -1,0 +1,504 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpu_native.fleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the gpu_native.fleet collection: not a public API; it may change in any release.
+# Runs on the controller only (filter plugins); never imported by a module or the gpu_readiness agent.
+"""The preflight verdict: gate results in, a join decision, node annotations and metrics out.
+
+Kept in Python (and exposed as filters) so that the role's YAML only moves
+data: which gates are required, what a skipped gate means, how the reasons
+are worded and how the metrics look are decided here, once.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
+    MIG_ANY,
+    MIG_PREFIX,
+    DeviceCountError,
+    expected_resources as plugin_expected_resources,
+)
+
+#: The five gates, in the order they run.
+GATES = ("spec", "hardware", "kubernetes", "cuda", "serving")
+PASS = "pass"
+FAIL = "fail"
+SKIP = "skip"
+STATUSES = (PASS, FAIL, SKIP)
+
+#: Node annotation values stay well under the API's 256 KiB total.
+MAX_REASON_CHARS = 300
+MAX_ANNOTATION_CHARS = 4000
+
+#: GPU feature discovery labels the kubernetes gate compares with the node's facts
+#: (NVIDIA/k8s-device-plugin, gpu-feature-discovery README).
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_COUNT = "nvidia.com/gpu.count"
+GFD_MIG_CAPABLE = "nvidia.com/mig.capable"
+GFD_DRIVER_FULL = "nvidia.com/cuda.driver-version.full"
+GFD_DRIVER_TRIO = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
+
+
+#: The node label the device plugin's config-manager selects a config by (roles/device_plugin_config).
+PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+#: Keys of the device plugin settings the collection renders (roles/device_plugin_config, one node class).
+PLUGIN_CLASS_KEYS = ("mig_strategy", "time_slicing_resources", "time_slicing_rename_by_default")
+PLUGIN_SETTING_KEYS = PLUGIN_CLASS_KEYS + ("classes", "node_classes", "default_name", "label")
+#: NVML's compute instance profile ids by compute slices (nvml.h, NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE):
+#: a GPU instance whose one compute instance has the id for all of its slices is one MIG device named after
+#: the GPU instance profile (nvidia.com/mig-1g.10gb); a smaller compute instance gets another name.
+FULL_COMPUTE_INSTANCE_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+_SLICES_RE = re.compile(r"^(\d+)g\.")
+
+
+class PreflightError(FleetError):
+    """Gate results that cannot be judged (a caller mistake)."""
+
+
+def gate_result(gate, status, reasons=None, duration_s=0.0, details=None):
+    """One gate's result in the shape every consumer reads."""
+    if gate not in GATES:
+        raise PreflightError("unknown gate %r (gates: %s)" % (gate, ", ".join(GATES)))
+    if status not in STATUSES:
+        raise PreflightError("gate %s has the status %r (pass, fail or skip)" % (gate, status))
+    reasons = [_short(reason) for reason in (reasons or []) if str(reason).strip()]
+    if status == FAIL and not reasons:
+        reasons = ["failed without a reason (report this as a bug)"]
+    return {"gate": gate, "status": status, "reasons": reasons, "duration_s": round(float(duration_s or 0), 3),
+            "details": details or {}}
+
+
+def _short(text):
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
+
+
+def verdict(results, required=GATES):
+    """Decide: ``{passed, failed_gates, skipped_gates, missing_gates, reasons}``.
+
+    A node passes only when every required gate ran and passed.  A gate
+    skipped on purpose counts as passed for the decision but is reported as
+    skipped; a required gate with no result at all fails the node.
+    """
+    by_gate = {}
+    for result in results or []:
+        if not isinstance(result, dict) or result.get("gate") not in GATES:
+            raise PreflightError("a gate result is not a result of one of %s: %r" % (", ".join(GATES), result))
+        by_gate[result["gate"]] = result
+    unknown = [gate for gate in required if gate not in GATES]
+    if unknown:
+        raise PreflightError("required gates %s are not gates (gates: %s)" % (", ".join(unknown), ", ".join(GATES)))
+    failed = [gate for gate in GATES if by_gate.get(gate, {}).get("status") == FAIL]
+    skipped = [gate for gate in GATES if by_gate.get(gate, {}).get("status") == SKIP]
+    missing = [gate for gate in required if gate not in by_gate]
+    reasons = []
+    for gate in failed:
+        for reason in by_gate[gate]["reasons"]:
+            reasons.append("%s: %s" % (gate, reason))
+    for gate in missing:
+        reasons.append("%s: the gate did not run" % gate)
+    required_failed = [gate for gate in failed if gate in required]
+    return {
+        "passed": not required_failed and not missing,
+        "failed_gates": failed,
+        "skipped_gates": skipped,
+        "missing_gates": missing,
+        "reasons": reasons,
+        "gates": dict((gate, by_gate[gate]["status"]) for gate in GATES if gate in by_gate),
+    }
+
+
+def annotation(decision):
+    """The node annotation value for a failed preflight: one line per failed gate."""
+    text = "; ".join(decision["reasons"]) or "passed"
+    return text if len(text) <= MAX_ANNOTATION_CHARS else text[:MAX_ANNOTATION_CHARS - 3] + "..."
+
+
+def _label_escape(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def metrics(results, decision, node, timestamp):
+    """Prometheus textfile content (node_exporter textfile collector format)."""
+    node_label = _label_escape(node)
+    by_gate = dict((result["gate"], result) for result in results or [])
+    lines = [
+        "# HELP gpu_native_preflight_gate_passed 1 when the gate passed, 0 when it failed; absent when skipped.",
+        "# TYPE gpu_native_preflight_gate_passed gauge",
+    ]
+    for gate in GATES:
+        result = by_gate.get(gate)
+        if result is None or result["status"] == SKIP:
+            continue
+        lines.append('gpu_native_preflight_gate_passed{node="%s",gate="%s"} %d' % (
+            node_label, gate, 1 if result["status"] == PASS else 0))
+    lines += [
+        "# HELP gpu_native_preflight_gate_skipped 1 when the gate was skipped on purpose.",
+        "# TYPE gpu_native_preflight_gate_skipped gauge",
+    ]
+    for gate in GATES:
+        result = by_gate.get(gate)
+        lines.append('gpu_native_preflight_gate_skipped{node="%s",gate="%s"} %d' % (
+            node_label, gate, 1 if result is not None and result["status"] == SKIP else 0))
+    lines += [
+        "# HELP gpu_native_preflight_gate_duration_seconds How long the gate took.",
+        "# TYPE gpu_native_preflight_gate_duration_seconds gauge",
+    ]
+    for gate in GATES:
+        if gate in by_gate:
+            lines.append('gpu_native_preflight_gate_duration_seconds{node="%s",gate="%s"} %s' % (
+                node_label, gate, repr(float(by_gate[gate]["duration_s"]))))
+    lines += [
+        "# HELP gpu_native_preflight_passed 1 when every required gate passed.",
+        "# TYPE gpu_native_preflight_passed gauge",
+        'gpu_native_preflight_passed{node="%s"} %d' % (node_label, 1 if decision["passed"] else 0),
+        "# HELP gpu_native_preflight_last_run_ts_seconds When the preflight last ran (Unix time).",
+        "# TYPE gpu_native_preflight_last_run_ts_seconds gauge",
+        'gpu_native_preflight_last_run_ts_seconds{node="%s"} %d' % (node_label, int(timestamp)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _truthy(value):
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+def device_plugin_config(settings, node_name=None, node_labels=None):
+    """``(config, name)``: the device plugin config (api v1) the collection rendered for this node.
+
+    ``settings`` holds roles/device_plugin_config's variables without their
+    prefix (see ``PLUGIN_SETTING_KEYS``); a None value is unset.  ``(None, None)``
+    when none of ``mig_strategy``, ``time_slicing_resources`` and ``classes`` is
+    set: the collection did not configure the plugin, which then runs with its
+    defaults (migStrategy none, no sharing).  The node's config is the one its
+    ``nvidia.com/device-plugin.config`` label names, else
+    ``node_classes[node_name]``, else the default config, as the plugin's
+    config-manager picks it.  Only the settings that change counts are read.
+    """
+    settings = settings or {}
+    if not isinstance(settings, dict):
+        raise PreflightError("preflight_device_plugin is not a mapping. Fix: give it as a mapping of %s."
+                             % ", ".join(PLUGIN_SETTING_KEYS))
+    unknown = sorted(str(key) for key in settings if key not in PLUGIN_SETTING_KEYS)
+    if unknown:
+        raise PreflightError("preflight_device_plugin.%s is not a known key. Fix: use %s."
+                             % (unknown[0], ", ".join(PLUGIN_SETTING_KEYS)))
+    if all(settings.get(key) in (None, "", [], {}) for key in ("mig_strategy", "time_slicing_resources", "classes")):
+        return None, None
+    classes = settings.get("classes") or {}
+    node_classes = settings.get("node_classes") or {}
+    for key, value in (("classes", classes), ("node_classes", node_classes)):
+        if not isinstance(value, dict):
+            raise PreflightError("preflight_device_plugin.%s is not a mapping. Fix: give device_plugin_config_%s as "
+                                 "a mapping." % (key, key))
+    default_name = settings.get("default_name") or "default"
+    label = settings.get("label") or PLUGIN_CONFIG_LABEL
+    chosen = (node_labels or {}).get(label) or node_classes.get(node_name) or default_name
+    values = {"mig_strategy": settings.get("mig_strategy") or "none",
+              "time_slicing_resources": settings.get("time_slicing_resources") or [],
+              "time_slicing_rename_by_default": settings.get("time_slicing_rename_by_default")}
+    if chosen in classes:
+        overrides = classes[chosen]
+        if not isinstance(overrides, dict):
+            raise PreflightError("preflight_device_plugin.classes.%s is not a mapping. Fix: give the node class as a "
+                                 "mapping of %s." % (chosen, ", ".join(PLUGIN_CLASS_KEYS)))
+        for key in PLUGIN_CLASS_KEYS:
+            if key in overrides:
+                values[key] = overrides[key]
+    elif chosen != default_name:
+        raise PreflightError("the node's device plugin config %s is not one of device_plugin_config_classes (%s). "
+                             "Fix: define that class, or label the node with one that exists."
+                             % (chosen, ", ".join(sorted(classes)) or "none"))
+    config = {"version": "v1", "flags": {"migStrategy": values["mig_strategy"] or "none"}}
+    resources = values["time_slicing_resources"] or []
+    if not isinstance(resources, list):
+        raise PreflightError("the time-slicing resources of device plugin config %s are not a list. Fix: list them as "
+                             "[{name: nvidia.com/gpu, replicas: 4}]." % chosen)
+    if resources:
+        config["sharing"] = {"timeSlicing": {
+            "renameByDefault": _truthy(values["time_slicing_rename_by_default"]),
+            "resources": [dict((key, item[key]) for key in ("name", "replicas", "devices") if key in item)
+                          if isinstance(item, dict) else item for item in resources]}}
+    return config, chosen
+
+
+def mig_devices_per_profile(actual):
+    """``({profile: count}, [why])``: the MIG devices of a node by profile, from mig_config's ``actual``.
+
+    ``actual`` maps each GPU index to ``{mig_mode, instances: [{profile,
+    compute_instances: [{profile_id}]}]}`` (``nvidia-smi -q -x``, ``mig -lgi``,
+    ``mig -lci``).  A GPU instance with one compute instance spanning it is one
+    device of its profile; a GPU instance without a compute instance is no
+    device.  Anything else (smaller compute instances, ``+me`` profiles, whose
+    resource names this collection has not confirmed) goes to ``why`` and the
+    per-profile counts are not given.
+    """
+    if not isinstance(actual, dict):
+        raise PreflightError("the node's MIG state is not a mapping of GPU index to state")
+    layout = {}
+    why = []
+    for index in sorted(actual, key=str):
+        gpu = actual[index] or {}
+        if str(gpu.get("mig_mode") or "").lower() != "enabled":
+            continue
+        for instance in gpu.get("instances") or []:
+            profile = str(instance.get("profile") or "")
+            computes = instance.get("compute_instances") or []
+            if not computes:
+                continue
+            match = _SLICES_RE.match(profile)
+            full = FULL_COMPUTE_INSTANCE_PROFILE.get(int(match.group(1))) if match else None
+            if "+" in profile or full is None:
+                why.append("GPU %s has a MIG %s instance, whose device plugin resource name is not confirmed here"
+                           % (index, profile or "(unnamed)"))
+            elif len(computes) != 1 or computes[0].get("profile_id") != full:
+                why.append("GPU %s instance %s (%s) is split into smaller compute instances, which the plugin names "
+                           "<c>c.%s" % (index, instance.get("gpu_instance_id"), profile, profile))
+            else:
+                layout[profile] = layout.get(profile, 0) + 1
+    return layout, why
+
+
+def _count(value, what):
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise PreflightError("%s is %r, not a count" % (what, value))
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise PreflightError("%s is %r, not a count" % (what, value))
+
+
+def expected_allocatable(gpus=None, gpu_count=None, plugin_settings=None, mig_state=None, node_name=None,
+                         node_labels=None):
+    """The node's expected allocatable, by the field-truth counting rule (module_utils/gpu/device_counts.py).
+
+    ``gpus``: gpu_health's GPUs (``index``, ``mig_enabled``, ``mig_devices``);
+    ``gpu_count``: the GPUs nvidia-smi counts (pads ``gpus`` when it reports
+    more); ``plugin_settings``: see ``device_plugin_config``; ``mig_state``:
+    mig_config's result in compare mode (its ``actual``), which names the MIG
+    devices per profile for ``migStrategy: mixed``; without it (or when it
+    cannot name them) the MIG devices are counted as one total over every
+    ``nvidia.com/mig-*`` resource.
+
+    Returns ``{expected, unknown, notes, strategy, config, basis}``:
+    ``basis`` is a short text saying how the counts were made.
+    """
+    listed = []
+    for position, gpu in enumerate(gpus or []):
+        if not isinstance(gpu, dict):
+            raise PreflightError("gpus[%d] is not a mapping" % position)
+        if gpu.get("index") is None:
+            continue  # named by the kernel log only: nvidia-smi does not list it
+        listed.append({"mig_enabled": _truthy(gpu.get("mig_enabled")),
+                       "mig_devices": _count(gpu.get("mig_devices") or 0, "gpus[%d].mig_devices" % position)})
+    gpu_count = _count(gpu_count, "gpu_count")
+    if gpu_count is not None and gpu_count > len(listed):
+        listed += [{"mig_enabled": False, "mig_devices": 0}] * (gpu_count - len(listed))
+    if not listed:
+        return {"expected": {}, "unknown": {}, "strategy": None, "config": None, "basis": "no GPU facts",
+                "notes": ["no GPU facts (the hardware gate did not run): allocatable is not compared"]}
+    config, chosen = device_plugin_config(plugin_settings, node_name, node_labels)
+    notes = []
+    strategy = ((config or {}).get("flags") or {}).get("migStrategy", "none")
+    mig_gpus = [gpu for gpu in listed if gpu["mig_enabled"]]
+    layout = None
+    if strategy == "mixed" and mig_gpus:
+        if isinstance(mig_state, dict) and mig_state.get("failed"):
+            notes.append("the MIG instances per profile could not be read (%s): the MIG devices are counted as a total"
+                         % " ".join(str(mig_state.get("msg") or "no message").split()))
+        elif isinstance(mig_state, dict) and isinstance(mig_state.get("actual"), dict):
+            layout, why = mig_devices_per_profile(mig_state["actual"])
+            if why:
+                notes.extend(why)
+                notes.append("the MIG devices are counted as a total over nvidia.com/mig-*")
+                layout = None
+        else:
+            notes.append("no MIG layout is assigned to the node (mig_config_name): the MIG devices are counted as a "
+                         "total over nvidia.com/mig-*")
+    try:
+        result = plugin_expected_resources(config, listed, layout or None)
+    except DeviceCountError as exc:
+        raise PreflightError(str(exc))
+    mig_total = sum(gpu["mig_devices"] for gpu in mig_gpus)
+    parts = ["%d GPU(s)" % len(listed)]
+    if mig_gpus:
+        parts.append("%d MIG device(s)%s" % (mig_total, " (%s)" % ", ".join(
+            "%dx %s" % (count, profile) for profile, count in sorted(layout.items())) if layout else ""))
+    parts.append("migStrategy %s" % strategy)
+    if config and config.get("sharing"):
+        parts.append("time-slicing")
+    parts.append("device plugin config %s" % chosen if chosen else "the plugin's defaults")
+    return {"expected": result["expected"], "unknown": result["unknown"], "notes": notes + result["notes"],
+            "strategy": strategy, "config": chosen, "basis": "counted from " + ", ".join(parts)}
+
+
+def _mig_total(allocatable):
+    total = 0
+    for resource, value in allocatable.items():
+        if str(resource).startswith(MIG_PREFIX):
+            count = _resource_value(value)
+            if count is None:
+                return None
+            total += count
+    return total
+
+
+def _resource_value(value):
+    """An allocatable quantity for a countable resource (``"8"``, ``8``) as int; None when unreadable."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if re.match(r"^\d{1,6}$", text):
+        return int(text)
+    return None
+
+
+def _pod_running_and_ready(pod):
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text="device plugin", unknown=None,
+                    basis=None):
+    """Judge the node object, the device-plugin pods on it, and the GFD labels against the node's facts.
+
+    ``expected_resources``: ``{"nvidia.com/gpu": 8}`` (or MIG / shared
+    resources; ``nvidia.com/mig-*`` is the total over every MIG resource).
+    When it names a MIG profile, any other ``nvidia.com/mig-*`` resource the
+    node offers is expected to be 0.  ``unknown``: ``{resource: why}`` whose
+    count cannot be known (the gate fails and says to set the override);
+    ``basis``: how the counts were made, appended to a count reason.
+    ``facts``: ``gpu_product``, ``gpu_count``, ``mig_capable``
+    (bool), ``driver_version`` (``"550.127.08"``); a fact that is None is not
+    compared.  Returns ``(status, reasons, details)``.
+    """
+    reasons = []
+    if not isinstance(node, dict) or not node.get("metadata"):
+        return FAIL, ["the node object could not be read from the API"], {}
+    status = node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    counts = {}
+    why = " (%s)" % basis if basis else ""
+    expected_resources = expected_resources or {}
+    for resource, expected in sorted(expected_resources.items()):
+        if resource == MIG_ANY:
+            actual = shown = _mig_total(allocatable)
+        else:
+            actual = _resource_value(allocatable.get(resource, "0"))
+            shown = allocatable.get(resource, 0)
+        counts[resource] = {"expected": expected, "actual": actual}
+        if actual != expected:
+            reasons.append("allocatable %s is %s, expected %s%s" % (resource, shown, expected, why))
+    if any(str(resource).startswith(MIG_PREFIX) and resource != MIG_ANY for resource in expected_resources):
+        for resource in sorted(allocatable):
+            if str(resource).startswith(MIG_PREFIX) and resource not in expected_resources:
+                actual = _resource_value(allocatable[resource])
+                if actual != 0:
+                    counts[resource] = {"expected": 0, "actual": actual}
+                    reasons.append("allocatable %s is %s, expected 0%s" % (resource, allocatable[resource], why))
+    for resource, cause in sorted((unknown or {}).items()):
+        counts[resource] = {"expected": None, "actual": _resource_value(allocatable.get(resource, "0"))}
+        reasons.append("the expected allocatable %s is unknown: %s. Fix: set preflight_expected_resources for this "
+                       "node" % (resource, cause))
+    checks = []
+    if facts.get("gpu_product") is not None:
+        checks.append((GFD_PRODUCT, str(facts["gpu_product"]).replace(" ", "-")))
+    if facts.get("gpu_count") is not None:
+        checks.append((GFD_COUNT, str(facts["gpu_count"])))
+    if facts.get("mig_capable") is not None:
+        checks.append((GFD_MIG_CAPABLE, "true" if facts["mig_capable"] else "false"))
+    for key, expected in checks:
+        if key not in labels:
+            reasons.append("GPU feature discovery label %s is missing" % key)
+        elif labels[key] != expected and not (key == GFD_PRODUCT and labels[key].startswith(expected)):
+            # GFD may append a sharing suffix to the product (-SHARED, -MIG-...).
+            reasons.append("label %s is %s, the node says %s" % (key, labels[key], expected))
+    driver = facts.get("driver_version")
+    if driver:
+        if GFD_DRIVER_FULL in labels:
+            if labels[GFD_DRIVER_FULL] != driver:
+                reasons.append("label %s is %s, the driver is %s" % (GFD_DRIVER_FULL, labels[GFD_DRIVER_FULL], driver))
+        elif all(key in labels for key in GFD_DRIVER_TRIO):
+            trio = ".".join(labels[key] for key in GFD_DRIVER_TRIO)
+            if trio != driver:
+                reasons.append("labels nvidia.com/cuda.driver.{major,minor,rev} say %s, the driver is %s" % (trio, driver))
+        else:
+            reasons.append("GPU feature discovery label %s is missing" % GFD_DRIVER_FULL)
+    ready = [pod for pod in pods or [] if _pod_running_and_ready(pod)]
+    if not pods:
+        reasons.append("no %s pod runs on the node" % plugin_selector_text)
+    elif not ready:
+        phases = ", ".join("%s %s" % ((pod.get("metadata") or {}).get("name"), (pod.get("status") or {}).get("phase"))
+                           for pod in pods[:3])
+        reasons.append("the %s pod is not Running and Ready (%s)" % (plugin_selector_text, phases))
+    return (FAIL if reasons else PASS), reasons, {"resources": counts, "plugin_pods_ready": len(ready)}
+
+
+def summary_table(rows):
+    """A fixed-width fleet summary: node, each gate, verdict, first reason."""
+    header = ["node"] + list(GATES) + ["verdict", "why"]
+    table = [header]
+    for row in rows:
+        gates = row.get("gates") or {}
+        table.append([str(row.get("node", "?"))] + [gates.get(gate, "-") for gate in GATES]
+                     + [row.get("verdict", "?"), _short((row.get("reasons") or [""])[0])[:90]])
+    return fixed_width_table(table)
+
+
+def fixed_width_table(table):
+    """Rows of text cells (the first is the header) as aligned columns, with a dashed rule under the header."""
+    widths = [max(len(line[col]) for line in table) for col in range(len(table[0]))]
+    out = []
+    for index, line in enumerate(table):
+        out.append("  ".join(cell.ljust(widths[col]) for col, cell in enumerate(line)).rstrip())
+        if index == 0:
+            out.append("  ".join("-" * width for width in widths))
+    return "\n".join(out)
+
+
+def serving_pod_problem(pod, timeout_s=None):
+    """One line saying why the serving pod is not Ready: its phase, each waiting or failed container, its
+    unready condition.  ``pod`` is the Pod object the wait returned (or ``{}`` when there was none)."""
+    if not isinstance(pod, dict) or not pod.get("metadata"):
+        return "the serving pod was not created"
+    name = (pod.get("metadata") or {}).get("name", "?")
+    status = pod.get("status") or {}
+    within = " within %s s" % timeout_s if timeout_s is not None else ""
+    parts = ["phase %s" % status.get("phase", "Pending")]
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        for kind in ("waiting", "terminated"):
+            detail = state.get(kind)
+            if detail:
+                text = "container %s %s: %s" % (container.get("name", "?"), kind, detail.get("reason") or "?")
+                if detail.get("message"):
+                    text += " (%s)" % detail["message"]
+                if kind == "terminated" and detail.get("exitCode") is not None:
+                    text += " exit code %s" % detail["exitCode"]
+                parts.append(text)
+    if len(parts) == 1:
+        for condition in status.get("conditions") or []:
+            if condition.get("status") != "True" and (condition.get("reason") or condition.get("message")):
+                parts.append("%s: %s" % (condition.get("type"), condition.get("message") or condition.get("reason")))
+                break
+        else:
+            if not (pod.get("spec") or {}).get("nodeName"):
+                parts.append("not bound to a node")
+            elif not status.get("conditions"):
+                parts.append("no kubelet reported on it (is the node's kubelet running?)")
+    return _short("serving pod %s did not become Ready%s: %s" % (name, within, "; ".join(parts)))

@@ -1,0 +1,119 @@
+"""The shared runner: each distinct failure is its own status, live and replayed."""
+import stat
+import time
+
+import pytest
+
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools, NodeToolsError
+
+
+def _script(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_ok_runs_with_c_locale(tmp_path):
+    tool = _script(tmp_path, "nvidia-smi", 'echo "LC_ALL=$LC_ALL"')
+    result = NodeTools(paths={"nvidia-smi": tool}).run("nvidia-smi", ["-L"])
+    assert result.status == node_tools.OK
+    assert result.stdout.strip() == "LC_ALL=C"
+    assert result.argv == [tool, "-L"]
+
+
+def test_missing_binary(tmp_path):
+    result = NodeTools(paths={"nvidia-smi": str(tmp_path / "absent")}).run("nvidia-smi", ["-q"])
+    assert result.status == node_tools.MISSING
+    assert "was not found" in result.message
+
+
+def test_missing_on_path(tmp_path):
+    result = NodeTools(path_dirs=[str(tmp_path)]).run("definitely-not-a-tool-xyz", [])
+    assert result.status == node_tools.MISSING
+
+
+def test_no_driver_whatever_the_exit_code(tmp_path):
+    tool = _script(tmp_path, "nvidia-smi",
+                   "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                   "Make sure that the latest NVIDIA driver is installed and running.\"; exit 9")
+    result = NodeTools(paths={"nvidia-smi": tool}).run("nvidia-smi", [])
+    assert result.status == node_tools.NO_DRIVER
+    assert "could not communicate with the NVIDIA driver" in result.message
+
+
+def test_timeout_kills_the_process_group(tmp_path):
+    marker = tmp_path / "child-survived"
+    # The child outlives its parent unless the whole group is killed.
+    tool = _script(tmp_path, "nvidia-smi", "(sleep 3; touch %s) & sleep 30" % marker)
+    started = time.time()
+    result = NodeTools(paths={"nvidia-smi": tool}, timeout=1).run("nvidia-smi", [])
+    assert time.time() - started < 10
+    assert result.status == node_tools.TIMEOUT
+    assert result.message == "nvidia-smi did not answer within 1 s."
+    time.sleep(3.5)
+    assert not marker.exists()
+
+
+def test_non_zero_exit(tmp_path):
+    tool = _script(tmp_path, "lspci", "echo 'pcilib: cannot open /sys/bus/pci' >&2; exit 1")
+    result = NodeTools(paths={"lspci": tool}).run("lspci", ["-nnD"])
+    assert result.status == node_tools.FAILED
+    assert result.message == "lspci exited with rc=1: pcilib: cannot open /sys/bus/pci"
+
+
+def test_garbage_output_is_unreadable(tmp_path):
+    tool = _script(tmp_path, "nvidia-smi", r"printf 'GPU\000\001\002'")
+    result = NodeTools(paths={"nvidia-smi": tool}).run("nvidia-smi", [])
+    assert result.status == node_tools.UNREADABLE
+    assert "NUL" in result.message
+
+
+def test_output_is_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr(node_tools, "MAX_OUTPUT_BYTES", 1024)
+    tool = _script(tmp_path, "dmesg", "head -c 5000 /dev/zero | tr '\\0' x")
+    result = NodeTools(paths={"dmesg": tool}).run("dmesg", [])
+    assert result.status == node_tools.UNREADABLE
+    assert len(result.stdout) == 1024
+
+
+def test_invalid_utf8_becomes_replacement_characters(tmp_path):
+    tool = _script(tmp_path, "nvidia-smi", r"printf 'NVIDIA \377\376 H100\n'")
+    result = NodeTools(paths={"nvidia-smi": tool}).run("nvidia-smi", [])
+    assert result.status == node_tools.OK
+    assert result.stdout == "NVIDIA \ufffd\ufffd H100\n"
+    result.stdout.encode("utf-8")
+
+
+def test_captured_replay_goes_through_the_same_checks():
+    tools = NodeTools(source="captured", captured={
+        "nvidia_smi": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+        "lspci": "0000:17:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:2330] (rev a1)\n",
+    })
+    assert tools.run("nvidia-smi", [], capture_key="nvidia_smi").status == node_tools.NO_DRIVER
+    lspci = tools.run("lspci", ["-nnD"], capture_key="lspci")
+    assert lspci.status == node_tools.OK and lspci.source == "captured"
+    absent = tools.run("nvidia-smi", ["-q", "-x"], capture_key="nvidia_smi_xml")
+    assert absent.status == node_tools.NOT_CAPTURED
+    assert [call.status for call in tools.calls] == ["no_driver", "ok", "not_captured"]
+
+
+def test_captured_surrogates_are_replaced():
+    text = b"<name>\xff\xfe</name>".decode("utf-8", "surrogateescape")
+    result = NodeTools(source="captured", captured={"x": text}).run("nvidia-smi", [], capture_key="x")
+    result.stdout.encode("utf-8")
+
+
+@pytest.mark.parametrize("bad", [True, "30", 0, -1, 10 ** 9])
+def test_bad_timeouts_are_refused(bad):
+    with pytest.raises(NodeToolsError):
+        NodeTools(timeout=bad)
+
+
+def test_run_command_adapter(tmp_path):
+    tool = _script(tmp_path, "journalctl", "sleep 5")
+    tools = NodeTools(timeout=1)
+    assert tools.run_command([str(tmp_path / "nope")])[0] == 127
+    rc, _out, err = tools.run_command([tool, "-k"])
+    assert rc == 124 and "did not answer within 1 s" in err
