@@ -22,7 +22,7 @@ export ANSIBLE_HOME := $(abspath $(CACHE))/ansible-home
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz
+.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -37,10 +37,11 @@ test: setup ## everything: setup, build check, unit, fuzz, integration, sanity, 
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed --summary
 
-setup: ## host packages, podman config, venv, image (each step timed)
+setup: ## host packages, podman config, venv, image, Kubernetes binaries (each step timed)
 	@tests/tools/timed host $(MAKE) --no-print-directory host
 	@tests/tools/timed venv $(MAKE) --no-print-directory venv
 	@tests/tools/timed image $(MAKE) --no-print-directory image
+	@tests/tools/timed kube-build $(MAKE) --no-print-directory kube-build
 	@$(MAKE) --no-print-directory collection-link
 
 host: ## Debian packages and podman config (root)
@@ -61,6 +62,9 @@ image: ## the test-host images: Debian 12, Debian 13, Debian 12 + containerd 2.x
 
 image-%: ## one test-host image: image-debian12, image-debian13, image-debian12-containerd2
 	@tests/images/build-test-host.sh $*
+
+kube-build: ## build (or reuse) upstream etcd, kube-apiserver, -controller-manager, -scheduler, kubelet (cached in /var/cache/gpu-native-fleet/kube)
+	@tests/tools/kube-build.sh
 
 collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 	@mkdir -p $(COLL_ROOT)/ansible_collections/gpu_native
