@@ -22,7 +22,7 @@ export ANSIBLE_HOME := $(abspath $(CACHE))/ansible-home
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build
+.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -66,6 +66,12 @@ image-%: ## one test-host image: image-debian12, image-debian13, image-debian12-
 kube-build: ## build (or reuse) upstream etcd, kube-apiserver, -controller-manager, -scheduler, kubelet (cached in /var/cache/gpu-native-fleet/kube)
 	@tests/tools/kube-build.sh
 
+kube-up: venv kube-build ## start a real control plane on 127.0.0.1 for manual use; prints the admin kubeconfig's path
+	@$(PY) tests/kube_cluster.py up --dir $(CACHE)/kube-up
+
+kube-down: venv ## stop the control plane of kube-up and remove its data
+	@$(PY) tests/kube_cluster.py down --dir $(CACHE)/kube-up
+
 collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 	@mkdir -p $(COLL_ROOT)/ansible_collections/gpu_native
 	@ln -sfn $(abspath .) $(COLL_ROOT)/ansible_collections/gpu_native/fleet
@@ -73,7 +79,7 @@ collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 unit: venv collection-link ## pytest tests/unit
 	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
 
-integration: venv collection-link ## pytest tests/integration (roles run by ansible-playbook against the stand-ins)
+integration: venv collection-link kube-build ## pytest tests/integration (roles run by ansible-playbook against the stand-ins and the real control plane)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 fuzz: venv collection-link ## pytest tests/fuzz (property-based; FUZZ_EXAMPLES=n for a longer run)
