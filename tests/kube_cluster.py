@@ -49,6 +49,7 @@ SERVICE_CIDR = "10.96.0.0/12"
 SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT = 90  # seconds per component: a 2-core machine shared with other test runs
+PORT_ATTEMPTS = 3  # starts tried when a port picked as free was taken before the component bound it
 
 
 class ControlPlaneError(RuntimeError):
@@ -255,11 +256,20 @@ class ControlPlane:
             self._binary(name)
         os.makedirs(self.directory, exist_ok=True)
         started = time.monotonic()
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start()
+                break
+            except ControlPlaneError as exc:
+                self._stop_processes()
+                # a free port can be taken by another process between free_port() and the bind: retry
+                if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                    self.stop()
+                    raise
+                shutil.rmtree(os.path.join(self.directory, "etcd"), ignore_errors=True)
+            except BaseException:
+                self.stop()
+                raise
         self.startup_seconds = time.monotonic() - started
         return self
 
@@ -341,13 +351,15 @@ class ControlPlane:
         self._wait_healthy("kube-controller-manager", "https://127.0.0.1:%d/healthz" % kcm_port)
         self._wait_healthy("kube-scheduler", "https://127.0.0.1:%d/readyz" % sched_port)
 
-    def stop(self):
-        """Kill every component's process group (SIGTERM, then SIGKILL after 10 s); remove a temporary folder."""
+    def _stop_processes(self):
         for name in reversed(COMPONENTS):
             proc = self.processes.pop(name, None)
-            if proc is None:
-                continue
-            _kill_group(proc.pid, proc.wait)
+            if proc is not None:
+                _kill_group(proc.pid, proc.wait)
+
+    def stop(self):
+        """Kill every component's process group (SIGTERM, then SIGKILL after 10 s); remove a temporary folder."""
+        self._stop_processes()
         if self.owns_directory and not self.keep_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
