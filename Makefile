@@ -22,7 +22,7 @@ export ANSIBLE_HOME := $(abspath $(CACHE))/ansible-home
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz
+.PHONY: help test setup host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -37,10 +37,11 @@ test: setup ## everything: setup, build check, unit, fuzz, integration, sanity, 
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed --summary
 
-setup: ## host packages, podman config, venv, image (each step timed)
+setup: ## host packages, podman config, venv, image, Kubernetes binaries (each step timed)
 	@tests/tools/timed host $(MAKE) --no-print-directory host
 	@tests/tools/timed venv $(MAKE) --no-print-directory venv
 	@tests/tools/timed image $(MAKE) --no-print-directory image
+	@tests/tools/timed kube-build $(MAKE) --no-print-directory kube-build
 	@$(MAKE) --no-print-directory collection-link
 
 host: ## Debian packages and podman config (root)
@@ -62,6 +63,15 @@ image: ## the test-host images: Debian 12, Debian 13, Debian 12 + containerd 2.x
 image-%: ## one test-host image: image-debian12, image-debian13, image-debian12-containerd2
 	@tests/images/build-test-host.sh $*
 
+kube-build: ## build (or reuse) upstream etcd, kube-apiserver, -controller-manager, -scheduler, kubelet (cached in /var/cache/gpu-native-fleet/kube)
+	@tests/tools/kube-build.sh
+
+kube-up: venv kube-build ## start a real control plane on 127.0.0.1 for manual use; prints the admin kubeconfig's path
+	@$(PY) tests/kube_cluster.py up --dir $(CACHE)/kube-up
+
+kube-down: venv ## stop the control plane of kube-up and remove its data
+	@$(PY) tests/kube_cluster.py down --dir $(CACHE)/kube-up
+
 collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 	@mkdir -p $(COLL_ROOT)/ansible_collections/gpu_native
 	@ln -sfn $(abspath .) $(COLL_ROOT)/ansible_collections/gpu_native/fleet
@@ -69,7 +79,7 @@ collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 unit: venv collection-link ## pytest tests/unit
 	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
 
-integration: venv collection-link ## pytest tests/integration (roles run by ansible-playbook against the stand-ins)
+integration: venv collection-link kube-build ## pytest tests/integration (roles run by ansible-playbook against the stand-ins and the real control plane)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 fuzz: venv collection-link ## pytest tests/fuzz (property-based; FUZZ_EXAMPLES=n for a longer run)

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from kube_cluster import ControlPlane, ControlPlaneError
 import testlib
 
 testlib.link_collection()
@@ -56,6 +57,38 @@ def standin(standin_factory):
 @pytest.fixture
 def kubeconfig(standin, tmp_path):
     return standin.write_kubeconfig(str(tmp_path / "kubeconfig"))
+
+
+# --- the real control plane (tests/kube_cluster.py; binaries from tests/tools/kube-build.sh) ----
+@pytest.fixture(scope="session")
+def kube_cluster():
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler, started once per test process.
+
+    Started on first use only (a worker that runs no Kubernetes test starts none), stopped at the end of
+    the session; under pytest-xdist each worker that needs one has its own.  Tests share it: each takes a
+    namespace of its own (``kube_namespace``) and names its cluster-scoped objects uniquely.
+    """
+    plane = ControlPlane()
+    try:
+        plane.start()
+    except ControlPlaneError as exc:
+        pytest.fail("the real Kubernetes control plane did not start: %s" % exc, pytrace=False)
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster):
+    """A fresh namespace on the real control plane (its default ServiceAccount exists); deleted afterwards."""
+    name = kube_cluster.create_namespace()
+    yield name
+    kube_cluster.delete_namespace(name)
+
+
+@pytest.fixture
+def kube_kubeconfig(kube_cluster, kube_namespace, tmp_path):
+    """An admin kubeconfig for the real control plane whose context defaults to this test's namespace."""
+    return kube_cluster.write_kubeconfig(str(tmp_path / "kube-admin.kubeconfig"), namespace=kube_namespace)
 
 
 @pytest.fixture

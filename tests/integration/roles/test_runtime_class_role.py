@@ -1,13 +1,21 @@
-"""gpu_native.fleet.runtime_class against the Kubernetes API stand-in, through ansible-playbook.
+"""gpu_native.fleet.runtime_class against the real Kubernetes control plane, through ansible-playbook.
 
-The role runs on localhost (the "node"), with nvidia-smi replaced by the
-nvidia-smi stand-in replaying an 8x H100 capture.
+The control plane is the upstream one (tests/kube_cluster.py: etcd, kube-apiserver, controller-manager and
+scheduler v1.35.4, shared by the tests of this process); each test gets a Node of its own, and the
+cluster-scoped RuntimeClass `nvidia` is removed before and after each test.  The role runs on localhost
+(the "node"), with nvidia-smi replaced by the nvidia-smi stand-in replaying an 8x H100 capture.
+
+Where the tests ran on the Kubernetes API stand-in before, two of their beliefs were the stand-in's, not the
+API's: a Node keeps exactly the taints it was given (a real API server adds `node.kubernetes.io/not-ready`
+at create, the node lifecycle controller `node.kubernetes.io/unreachable` later: `role_taints` leaves the
+control plane's own `node.kubernetes.io/` taints out), and "nothing changed" could be read off one store
+revision (controllers write all the time: `snapshot` compares what the role could have changed).
 """
 import copy
 import json
-import os
 import re
-import urllib.request
+import secrets
+import os
 
 import pytest
 
@@ -15,6 +23,7 @@ from testlib import REPO_ROOT
 
 NVIDIA_SMI = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
 H100_CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
+RUNTIMECLASS = "/apis/node.k8s.io/v1/runtimeclasses/nvidia"
 
 NODE = {"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "gpu-node-1", "labels": {"team": "ml-platform", "accelerator": "foreign"}},
@@ -37,10 +46,9 @@ def seed(accelerator_label="foreign"):
     return [node]
 
 
-def api_get(server, path):
-    req = urllib.request.Request(server.url + path, headers={"Authorization": "Bearer " + server.token})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
+def role_taints(node):
+    """The node's taints without those the control plane manages itself (node.kubernetes.io/*)."""
+    return [t for t in node["spec"].get("taints", []) if not t["key"].startswith("node.kubernetes.io/")]
 
 
 def failure_message(output):
@@ -56,99 +64,129 @@ def recap(output):
     return {"ok": int(match.group(1)), "changed": int(match.group(2)), "failed": int(match.group(4))}
 
 
+class Cluster:
+    """The shared control plane as these tests see it: their node (renamed per test) and the RuntimeClass."""
+
+    def __init__(self, plane, node_name):
+        self.plane = plane
+        self.node_name = node_name
+
+    def get(self, path):
+        return self.plane.api("GET", path.replace("/nodes/gpu-node-1", "/nodes/" + self.node_name))
+
+    def exists(self, path):
+        return self.plane.request("GET", path)[0] == 200
+
+    def snapshot(self):
+        """What the role could change: its node's labels, annotations and taints, and every RuntimeClass."""
+        node = self.get("/api/v1/nodes/gpu-node-1")
+        classes = self.plane.api("GET", "/apis/node.k8s.io/v1/runtimeclasses")["items"]
+        annotations = {key: value for key, value in node["metadata"].get("annotations", {}).items()
+                       if not key.startswith("node.alpha.kubernetes.io/")}  # the TTL controller's, set once
+        return (node["metadata"].get("labels"), annotations, role_taints(node),
+                {c["metadata"]["name"]: c["metadata"]["resourceVersion"] for c in classes})
+
+
 @pytest.fixture
-def role(standin_factory, run_playbook, tmp_path):
-    """Return (server, run(vars, args=())) with the role's common variables set."""
+def role(kube_cluster, run_playbook, tmp_path):
+    """Return (cluster, run(vars, args=())) with the role's common variables set."""
+    node_name = "gpu-node-1-" + secrets.token_hex(3)
+    kube_cluster.request("DELETE", RUNTIMECLASS)
+
     def make(seed_objects):
-        server = standin_factory(seed=seed_objects)
-        kubeconfig = server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        for obj in seed_objects:
+            obj = copy.deepcopy(obj)
+            if obj["kind"] == "Node":
+                obj["metadata"]["name"] = node_name
+                kube_cluster.api("POST", "/api/v1/nodes", obj)
+            else:
+                kube_cluster.api("POST", "/apis/node.k8s.io/v1/runtimeclasses", obj)
+        kubeconfig = kube_cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
 
         def run(extra=None, args=()):
-            variables = {"runtime_class_kubeconfig": kubeconfig, "runtime_class_node_name": "gpu-node-1",
+            variables = {"runtime_class_kubeconfig": kubeconfig, "runtime_class_node_name": node_name,
                          "runtime_class_nvidia_smi": NVIDIA_SMI, "capture": H100_CAPTURE}
             variables.update(extra or {})
             return run_playbook(PLAYBOOK, args=["-e", json.dumps(variables)] + list(args))
-        return server, run
-    return make
+        return Cluster(kube_cluster, node_name), run
+    yield make
+    kube_cluster.request("DELETE", "/api/v1/nodes/" + node_name)
+    kube_cluster.request("DELETE", RUNTIMECLASS)
 
 
 def test_converge_idempotence_check_mode_and_absent(role):
-    server, run = role(seed())
+    cluster, run = role(seed())
     first = run({"runtime_class_overhead": {"cpu": "250m", "memory": "120Mi"}})
     assert first.returncode == 0, first.stdout[-4000:]
     assert recap(first.stdout)["changed"] == 3  # RuntimeClass, labels, taint
 
-    rc = api_get(server, "/apis/node.k8s.io/v1/runtimeclasses/nvidia")
+    rc = cluster.get(RUNTIMECLASS)
     assert rc["handler"] == "nvidia"
     assert rc["scheduling"] == {"nodeSelector": {"accelerator": "nvidia-gpu"},
                                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
                                                  "effect": "NoSchedule"}]}
     assert rc["overhead"] == {"podFixed": {"cpu": "250m", "memory": "120Mi"}}
-    node = api_get(server, "/api/v1/nodes/gpu-node-1")
+    node = cluster.get("/api/v1/nodes/gpu-node-1")
     assert node["metadata"]["labels"] == {"team": "ml-platform", "accelerator": "nvidia-gpu",
                                           "gpu.nvidia.com/model": "NVIDIA-H100-80GB-HBM3",
                                           "gpu.nvidia.com/memory": "80Gi"}
-    assert node["spec"]["taints"] == [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
-                                      {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    assert role_taints(node) == [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+                                 {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 
-    revision = server.store.revision
+    before = cluster.snapshot()
     again = run({"runtime_class_overhead": {"cpu": "250m", "memory": "120Mi"}})
     assert again.returncode == 0 and recap(again.stdout)["changed"] == 0, again.stdout[-4000:]
     check = run({"runtime_class_overhead": {"cpu": "250m", "memory": "120Mi"}}, ["--check"])
     assert check.returncode == 0 and recap(check.stdout)["changed"] == 0, check.stdout[-4000:]
-    assert server.store.revision == revision
+    assert cluster.snapshot() == before
 
     # dropping the overhead removes it (client-side apply), nothing else moves
     dropped = run()
     assert dropped.returncode == 0 and recap(dropped.stdout)["changed"] == 1, dropped.stdout[-4000:]
-    assert "overhead" not in api_get(server, "/apis/node.k8s.io/v1/runtimeclasses/nvidia")
+    assert "overhead" not in cluster.get(RUNTIMECLASS)
 
     # a foreign taint with our key but another effect, added later, must survive absent
-    node = api_get(server, "/api/v1/nodes/gpu-node-1")
     absent = run({"runtime_class_state": "absent"})
     assert absent.returncode == 0, absent.stdout[-4000:]
-    node = api_get(server, "/api/v1/nodes/gpu-node-1")
+    node = cluster.get("/api/v1/nodes/gpu-node-1")
     assert node["metadata"]["labels"] == {"team": "ml-platform"}
-    assert node["spec"]["taints"] == [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
-    code = urllib.request.Request(server.url + "/apis/node.k8s.io/v1/runtimeclasses/nvidia",
-                                  headers={"Authorization": "Bearer " + server.token})
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(code, timeout=10)
-    assert err.value.code == 404
+    assert role_taints(node) == [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    assert not cluster.exists(RUNTIMECLASS)
 
 
 def test_check_mode_on_a_fresh_cluster_reports_changes_and_changes_nothing(role):
-    server, run = role(seed())
-    revision = server.store.revision
+    cluster, run = role(seed())
+    before = cluster.snapshot()
     result = run(args=["--check"])
     assert result.returncode == 0, result.stdout[-4000:]
     assert recap(result.stdout)["changed"] == 3
-    assert server.store.revision == revision
-    assert "nvidia.com/gpu" not in json.dumps(api_get(server, "/api/v1/nodes/gpu-node-1")["spec"])
+    assert cluster.snapshot() == before
+    assert "nvidia.com/gpu" not in json.dumps(cluster.get("/api/v1/nodes/gpu-node-1")["spec"])
+    assert not cluster.exists(RUNTIMECLASS)
 
 
 def test_absent_keeps_a_foreign_accelerator_value(role):
-    server, run = role(seed(accelerator_label="tpu"))
+    cluster, run = role(seed(accelerator_label="tpu"))
     result = run({"runtime_class_state": "absent", "runtime_class_manage_runtimeclass": False})
     assert result.returncode == 0, result.stdout[-4000:]
-    assert api_get(server, "/api/v1/nodes/gpu-node-1")["metadata"]["labels"]["accelerator"] == "tpu"
+    assert cluster.get("/api/v1/nodes/gpu-node-1")["metadata"]["labels"]["accelerator"] == "tpu"
 
 
 def test_handler_change_replaces_the_runtimeclass_only_when_allowed(role):
     legacy = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
               "handler": "nvidia-legacy"}
-    server, run = role(seed() + [legacy])
-    revision = server.store.revision
+    cluster, run = role(seed() + [legacy])
+    before = cluster.snapshot()
     refused = run()
     assert refused.returncode != 0
     message = " ".join(failure_message(refused.stdout).split())
     assert message.startswith("RuntimeClass nvidia exists with handler nvidia-legacy, but runtime_class_handler "
                               "is nvidia")
     assert "Fix: set runtime_class_replace_on_handler_change: true" in message
-    assert server.store.revision == revision
+    assert cluster.snapshot() == before
     replaced = run({"runtime_class_replace_on_handler_change": True})
     assert replaced.returncode == 0, replaced.stdout[-4000:]
-    assert api_get(server, "/apis/node.k8s.io/v1/runtimeclasses/nvidia")["handler"] == "nvidia"
+    assert cluster.get(RUNTIMECLASS)["handler"] == "nvidia"
 
 
 BAD_INPUT = [
@@ -195,22 +233,20 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("extra,messages", BAD_INPUT)
 def test_bad_input_fails_early_naming_the_variable_and_changes_nothing(role, tmp_path, extra, messages):
-    server, run = role(seed())
+    cluster, run = role(seed())
     extra = dict(extra)
     if extra.get("runtime_class_kubeconfig") == "UNREACHABLE":
         path = tmp_path / "unreachable"
-        path.write_text(open(server.write_kubeconfig(str(tmp_path / "x"))).read()
-                        .replace(server.url, "http://127.0.0.1:9"))
+        path.write_text(open(cluster.plane.write_kubeconfig(str(tmp_path / "x"))).read()
+                        .replace(cluster.plane.url, "https://127.0.0.1:9"))
         extra["runtime_class_kubeconfig"] = str(path)
     elif extra.get("runtime_class_kubeconfig") == "WRONG_TOKEN":
-        path = tmp_path / "wrong-token"
-        path.write_text(open(server.write_kubeconfig(str(tmp_path / "x"))).read().replace(server.token, "nope"))
-        extra["runtime_class_kubeconfig"] = str(path)
-    revision = server.store.revision
+        extra["runtime_class_kubeconfig"] = cluster.plane.write_kubeconfig(str(tmp_path / "wrong-token"), token="nope")
+    before = cluster.snapshot()
     result = run(extra)
     assert result.returncode != 0
     output = " ".join(failure_message(result.stdout).split())
     for message in messages:
         assert message in output, output
     assert recap(result.stdout)["changed"] == 0
-    assert server.store.revision == revision
+    assert cluster.snapshot() == before

@@ -1,0 +1,551 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
+
+The binaries are the upstream ones that ``tests/tools/kube-build.sh`` builds from the ``k8s.io/kubernetes`` and
+``go.etcd.io/etcd/server/v3`` Go modules and caches outside the clone (``$KUBE_CACHE/<version>/bin``).  This module
+only starts them, the way kubeadm configures a control plane, on 127.0.0.1 with free ports and a temporary data
+folder, waits until each one answers its health endpoint, writes an admin kubeconfig, and stops them again
+(each process is the leader of its own process group; the group is killed).
+
+- ``ControlPlane(directory).start()`` / ``.stop()`` (also a context manager): what the pytest fixtures in
+  ``tests/conftest.py`` use (``kube_cluster`` once per test process, ``kube_namespace`` per test).
+- ``python tests/kube_cluster.py up --dir DIR`` / ``down --dir DIR``: the same control plane left running for
+  manual use (``make kube-up`` / ``make kube-down``); ``up`` prints the admin kubeconfig's path.
+
+What is real: the API server with its default admission chain plus NodeRestriction (PodSecurity,
+ValidatingAdmissionPolicy, ServiceAccount, RuntimeClass, DefaultTolerationSeconds, TaintNodesByCondition, ...),
+``--authorization-mode=Node,RBAC``, service-account tokens signed with a key pair of this control plane, etcd as its
+storage, every default controller of kube-controller-manager (DaemonSet, garbage collector, namespace, node
+lifecycle, serviceaccount and its token controller, disruption, ...) and the scheduler.  What is not here: kubelets
+(no node runs pods), kube-proxy, a CNI, CoreDNS.  etcd listens on plain HTTP on 127.0.0.1 and does not fsync
+(``--unsafe-no-fsync``): its data is thrown away with the control plane.
+
+Standard library plus ``cryptography`` (in the test venv) for the certificates.
+"""
+import argparse
+import base64
+import datetime
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+BUILD_SCRIPT = os.path.join(REPO_ROOT, "tests", "tools", "kube-build.sh")
+DEFAULT_CACHE = "/var/cache/gpu-native-fleet/kube"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+SERVICE_CIDR = "10.96.0.0/12"
+SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+START_TIMEOUT = 90  # seconds per component: a 2-core machine shared with other test runs
+PORT_ATTEMPTS = 3  # starts tried when a port picked as free was taken before the component bound it
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started; the message names the component and the fix."""
+
+
+def kube_version():
+    """The Kubernetes release the build script pins (its ``KUBE_VERSION=`` line: one place for it)."""
+    with open(BUILD_SCRIPT, encoding="utf-8") as handle:
+        match = re.search(r"^KUBE_VERSION=(v[0-9.]+)", handle.read(), re.MULTILINE)
+    if not match:
+        raise ControlPlaneError("%s has no KUBE_VERSION= line" % BUILD_SCRIPT)
+    return match.group(1)
+
+
+def bin_dir():
+    """Where the binaries are: $KUBE_BIN_DIR, else $KUBE_CACHE/<version>/bin (KUBE_CACHE as kube-build.sh has it)."""
+    if os.environ.get("KUBE_BIN_DIR"):
+        return os.environ["KUBE_BIN_DIR"]
+    return os.path.join(os.environ.get("KUBE_CACHE") or DEFAULT_CACHE, kube_version(), "bin")
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- certificates ------------------------------------------------------------------------------
+class _PKI:
+    """A self-signed CA and the certificates kubeadm would issue from it, written as PEM files into ``directory``."""
+
+    def __init__(self, directory):
+        # pylint: disable=import-outside-toplevel
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+        self._x509, self._hashes, self._ser, self._ec = x509, hashes, serialization, ec
+        self._eku, self._name_oid = ExtendedKeyUsageOID, NameOID
+        self.directory = directory
+        self.now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+        self.ca_key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-native-fleet-test-ca")])
+        self.ca_cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                        .public_key(self.ca_key.public_key()).serial_number(x509.random_serial_number())
+                        .not_valid_before(self.now).not_valid_after(self.now + datetime.timedelta(days=2))
+                        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                                     content_commitment=False, key_encipherment=False,
+                                                     data_encipherment=False, key_agreement=False,
+                                                     encipher_only=False, decipher_only=False), critical=True)
+                        .sign(self.ca_key, hashes.SHA256()))
+        self.ca_path = self._write("ca.crt", self.ca_cert.public_bytes(serialization.Encoding.PEM))
+        self.ca_key_path = self._write("ca.key", self._key_pem(self.ca_key))
+
+    def _write(self, name, data):
+        path = os.path.join(self.directory, name)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        os.chmod(path, 0o600)
+        return path
+
+    def _key_pem(self, key):
+        return key.private_bytes(self._ser.Encoding.PEM, self._ser.PrivateFormat.PKCS8, self._ser.NoEncryption())
+
+    def issue(self, name, common_name, organizations=(), server_names=(), client=True, server=False):
+        """Write <name>.crt and <name>.key; return their paths."""
+        x509, oid = self._x509, self._name_oid
+        key = self._ec.generate_private_key(self._ec.SECP256R1())
+        subject = [x509.NameAttribute(oid.ORGANIZATION_NAME, org) for org in organizations]
+        subject.append(x509.NameAttribute(oid.COMMON_NAME, common_name))
+        usages = ([self._eku.CLIENT_AUTH] if client else []) + ([self._eku.SERVER_AUTH] if server else [])
+        builder = (x509.CertificateBuilder().subject_name(x509.Name(subject)).issuer_name(self.ca_cert.subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(self.now).not_valid_after(self.now + datetime.timedelta(days=2))
+                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                   .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+        if server_names:
+            alt = []
+            for entry in server_names:
+                try:
+                    alt.append(x509.IPAddress(ipaddress.ip_address(entry)))
+                except ValueError:
+                    alt.append(x509.DNSName(entry))
+            builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        cert = builder.sign(self.ca_key, self._hashes.SHA256())
+        return (self._write(name + ".crt", cert.public_bytes(self._ser.Encoding.PEM)),
+                self._write(name + ".key", self._key_pem(key)))
+
+    def service_account_keys(self):
+        """The key pair that signs (sa.key) and verifies (sa.pub) service-account tokens."""
+        key = self._ec.generate_private_key(self._ec.SECP256R1())
+        public = key.public_key().public_bytes(self._ser.Encoding.PEM, self._ser.PublicFormat.SubjectPublicKeyInfo)
+        return self._write("sa.key", self._key_pem(key)), self._write("sa.pub", public)
+
+
+def kubeconfig_text(server, ca_path, namespace="default", cert=None, token=None, user="admin"):
+    """A kubeconfig for `server`: a client certificate (cert=(crt, key), embedded) or a bearer token."""
+    def b64(path):
+        with open(path, "rb") as handle:
+            return base64.b64encode(handle.read()).decode()
+
+    credentials = {"token": token} if token is not None else {
+        "client-certificate-data": b64(cert[0]), "client-key-data": b64(cert[1])}
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "gpu-native-test",
+        "clusters": [{"name": "gpu-native-test",
+                      "cluster": {"server": server, "certificate-authority-data": b64(ca_path)}}],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": "gpu-native-test",
+                      "context": {"cluster": "gpu-native-test", "user": user, "namespace": namespace}}],
+    }
+    return json.dumps(config, indent=2) + "\n"  # JSON is YAML: every kubeconfig reader takes it
+
+
+# --- the control plane -------------------------------------------------------------------------
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler on 127.0.0.1, data under ``directory``."""
+
+    def __init__(self, directory=None, binaries=None, keep_directory=False, die_with_parent=True):
+        self.die_with_parent = die_with_parent
+        self.owns_directory = directory is None
+        self.directory = os.path.abspath(directory or tempfile.mkdtemp(prefix="gpu-native-kube-"))
+        self.keep_directory = keep_directory
+        self.binaries = binaries or bin_dir()
+        self.version = kube_version()
+        self.processes = {}  # name -> Popen (or, after load(), name -> pid)
+        self.ports = {}
+        self.url = None
+        self.kubeconfig = os.path.join(self.directory, "admin.kubeconfig")
+        self.startup_seconds = None
+        self.timings = {}  # component -> seconds from its start to its health endpoint's "ok"
+        self.pki = None
+        self.admin_cert = None
+        self._ssl = None
+
+    # -- files and processes --
+    def _binary(self, name):
+        path = os.path.join(self.binaries, name)
+        if not os.access(path, os.X_OK):
+            raise ControlPlaneError(
+                "%s is not built (%s missing). Fix: run `make kube-build` (tests/tools/kube-build.sh builds "
+                "%s from the upstream Go modules and caches it under %s)."
+                % (name, path, self.version, os.path.dirname(self.binaries)))
+        return path
+
+    def _component_kubeconfig(self, name, cert):
+        path = os.path.join(self.directory, name + ".kubeconfig")
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "default",
+            "clusters": [{"name": "default", "cluster": {"server": self.url, "certificate-authority": self.pki.ca_path}}],
+            "users": [{"name": name, "user": {"client-certificate": cert[0], "client-key": cert[1]}}],
+            "contexts": [{"name": "default", "context": {"cluster": "default", "user": name}}],
+        }
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(config, handle, indent=2)
+        os.chmod(path, 0o600)
+        return path
+
+    def _spawn(self, name, args):
+        log_path = os.path.join(self.directory, name + ".log")
+        with open(log_path, "ab") as log:
+            # a session of its own: the process leads a process group, which stop() kills as a whole
+            self.processes[name] = subprocess.Popen(  # pylint: disable=consider-using-with
+                [self._binary(name)] + args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.directory, start_new_session=True,
+                preexec_fn=_die_with_parent if self.die_with_parent else None)
+
+    def log_tail(self, name, lines=25):
+        try:
+            with open(os.path.join(self.directory, name + ".log"), encoding="utf-8", errors="replace") as handle:
+                return "".join(handle.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _wait_healthy(self, name, url, check_body=lambda body: body.strip() == "ok"):
+        started = time.monotonic()
+        deadline = started + START_TIMEOUT
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            proc = self.processes[name]
+            if proc.poll() is not None:
+                raise ControlPlaneError("%s exited with status %s while starting; its log ends:\n%s"
+                                        % (name, proc.returncode, self.log_tail(name)))
+            try:
+                with urllib.request.urlopen(url, timeout=5, context=self._ssl if url.startswith("https") else None) \
+                        as response:
+                    body = response.read().decode("utf-8", "replace")
+                if check_body(body):
+                    self.timings[name] = round(time.monotonic() - started, 2)
+                    return
+                last = body[:300]
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = str(exc)
+            time.sleep(0.1)
+        raise ControlPlaneError("%s did not become healthy at %s within %d s (last: %s); its log ends:\n%s"
+                                % (name, url, START_TIMEOUT, last, self.log_tail(name)))
+
+    # -- start and stop --
+    def start(self):
+        """Start all four components; on any error, stop what was started and raise ControlPlaneError."""
+        for name in COMPONENTS:
+            self._binary(name)
+        os.makedirs(self.directory, exist_ok=True)
+        started = time.monotonic()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start()
+                break
+            except ControlPlaneError as exc:
+                self._stop_processes()
+                # a free port can be taken by another process between free_port() and the bind: retry
+                if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                    self.stop()
+                    raise
+                shutil.rmtree(os.path.join(self.directory, "etcd"), ignore_errors=True)
+            except BaseException:
+                self.stop()
+                raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _start(self):
+        d = self.directory
+        self.pki = pki = _PKI(d)
+        api_port, etcd_port, peer_port, kcm_port, sched_port = (free_port() for _ in range(5))
+        self.ports = {"kube-apiserver": api_port, "etcd": etcd_port, "etcd-peer": peer_port,
+                      "kube-controller-manager": kcm_port, "kube-scheduler": sched_port}
+        self.url = "https://127.0.0.1:%d" % api_port
+        serving = pki.issue("apiserver", "kube-apiserver", client=False, server=True, server_names=(
+            "127.0.0.1", "localhost", SERVICE_IP, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local"))
+        admin = pki.issue("admin", "kubernetes-admin", organizations=("system:masters",))
+        kcm = pki.issue("controller-manager", "system:kube-controller-manager")
+        kcm_serving = pki.issue("controller-manager-serving", "kube-controller-manager", client=False, server=True,
+                                server_names=("127.0.0.1", "localhost"))
+        sched = pki.issue("scheduler", "system:kube-scheduler")
+        sched_serving = pki.issue("scheduler-serving", "kube-scheduler", client=False, server=True,
+                                  server_names=("127.0.0.1", "localhost"))
+        sa_key, sa_pub = pki.service_account_keys()
+        self.admin_cert = admin
+        self._ssl = ssl.create_default_context(cafile=pki.ca_path)
+        self._ssl.load_cert_chain(*admin)
+
+        etcd_url = "http://127.0.0.1:%d" % etcd_port
+        self._spawn("etcd", [
+            "--name=default", "--data-dir=" + os.path.join(d, "etcd"),
+            "--listen-client-urls=" + etcd_url, "--advertise-client-urls=" + etcd_url,
+            "--listen-peer-urls=http://127.0.0.1:%d" % peer_port,
+            "--initial-advertise-peer-urls=http://127.0.0.1:%d" % peer_port,
+            "--initial-cluster=default=http://127.0.0.1:%d" % peer_port,
+            "--listen-metrics-urls=", "--unsafe-no-fsync", "--log-level=warn"])
+        self._wait_healthy("etcd", etcd_url + "/health", lambda body: json.loads(body).get("health") == "true")
+
+        self._spawn("kube-apiserver", [
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=%d" % api_port,
+            "--etcd-servers=" + etcd_url,
+            "--tls-cert-file=" + serving[0], "--tls-private-key-file=" + serving[1],
+            "--client-ca-file=" + pki.ca_path,
+            "--service-account-issuer=" + SA_ISSUER,
+            "--service-account-key-file=" + sa_pub, "--service-account-signing-key-file=" + sa_key,
+            "--service-cluster-ip-range=" + SERVICE_CIDR,
+            "--authorization-mode=Node,RBAC",
+            # kubeadm's list; the defaults stay on (NamespaceLifecycle, LimitRanger, ServiceAccount,
+            # TaintNodesByCondition, PodSecurity, Priority, DefaultTolerationSeconds, RuntimeClass,
+            # ValidatingAdmissionPolicy, the webhooks, ResourceQuota, ...)
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true", "--enable-bootstrap-token-auth=true",
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+            # the only member of the `kubernetes` Service would be 127.0.0.1, which Endpoints refuse
+            "--endpoint-reconciler-type=none",
+            "--cert-dir=" + os.path.join(d, "apiserver-certs"), "-v=1"])
+        self._wait_healthy("kube-apiserver", self.url + "/readyz")
+        with open(self.kubeconfig, "w", encoding="utf-8") as handle:
+            handle.write(kubeconfig_text(self.url, pki.ca_path, cert=admin))
+        os.chmod(self.kubeconfig, 0o600)
+
+        kcm_kubeconfig = self._component_kubeconfig("controller-manager", kcm)
+        self._spawn("kube-controller-manager", [
+            "--kubeconfig=" + kcm_kubeconfig, "--authentication-kubeconfig=" + kcm_kubeconfig,
+            "--authorization-kubeconfig=" + kcm_kubeconfig,
+            "--bind-address=127.0.0.1", "--secure-port=%d" % kcm_port,
+            "--tls-cert-file=" + kcm_serving[0], "--tls-private-key-file=" + kcm_serving[1],
+            "--client-ca-file=" + pki.ca_path, "--requestheader-client-ca-file=" + pki.ca_path,
+            "--cluster-signing-cert-file=" + pki.ca_path, "--cluster-signing-key-file=" + pki.ca_key_path,
+            "--controllers=*,bootstrapsigner,tokencleaner",  # kubeadm's: every default controller
+            "--root-ca-file=" + pki.ca_path, "--service-account-private-key-file=" + sa_key,
+            "--use-service-account-credentials=true", "--service-cluster-ip-range=" + SERVICE_CIDR,
+            "--leader-elect=false", "-v=1"])
+        sched_kubeconfig = self._component_kubeconfig("scheduler", sched)
+        self._spawn("kube-scheduler", [
+            "--kubeconfig=" + sched_kubeconfig, "--authentication-kubeconfig=" + sched_kubeconfig,
+            "--authorization-kubeconfig=" + sched_kubeconfig,
+            "--bind-address=127.0.0.1", "--secure-port=%d" % sched_port,
+            "--tls-cert-file=" + sched_serving[0], "--tls-private-key-file=" + sched_serving[1],
+            "--client-ca-file=" + pki.ca_path, "--requestheader-client-ca-file=" + pki.ca_path,
+            "--leader-elect=false", "-v=1"])
+        self._wait_healthy("kube-controller-manager", "https://127.0.0.1:%d/healthz" % kcm_port)
+        self._wait_healthy("kube-scheduler", "https://127.0.0.1:%d/readyz" % sched_port)
+
+    def _stop_processes(self):
+        for name in reversed(COMPONENTS):
+            proc = self.processes.pop(name, None)
+            if proc is not None:
+                _kill_group(proc.pid, proc.wait)
+
+    def stop(self):
+        """Kill every component's process group (SIGTERM, then SIGKILL after 10 s); remove a temporary folder."""
+        self._stop_processes()
+        if self.owns_directory and not self.keep_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- talking to it --
+    def write_kubeconfig(self, path, namespace="default", token=None):
+        """An admin kubeconfig (client certificate of system:masters) at `path`, or one with a bearer `token`."""
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(kubeconfig_text(self.url, self.pki.ca_path, namespace,
+                                         cert=None if token is not None else self.admin_cert, token=token))
+        os.chmod(path, 0o600)
+        return path
+
+    def request(self, method, path, body=None, content_type="application/json", token=None):
+        """(HTTP status, decoded JSON or text) of one API request, as admin (or with a bearer `token`)."""
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode() if not isinstance(body, (bytes, str)) else \
+                (body.encode() if isinstance(body, str) else body)
+            headers["Content-Type"] = content_type
+        context = self._ssl
+        if token is not None:
+            headers["Authorization"] = "Bearer " + token
+            context = ssl.create_default_context(cafile=self.pki.ca_path)
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=context) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        text = raw.decode("utf-8", "replace")
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def api(self, method, path, body=None, expect=(200, 201, 202), **kwargs):
+        """The decoded answer of a request that must succeed (AssertionError naming the answer otherwise)."""
+        status, answer = self.request(method, path, body, **kwargs)
+        if status not in expect:
+            raise AssertionError("%s %s answered %d: %s" % (method, path, status, answer))
+        return answer
+
+    def wait_for(self, what, probe, timeout=60, interval=0.2):
+        """Poll `probe()` until it returns a true value; return it, or raise AssertionError naming `what`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = probe()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out after %d s waiting for %s" % (timeout, what))
+            time.sleep(interval)
+
+    def create_namespace(self, prefix="t-", labels=None):
+        """A fresh namespace, returned once its `default` ServiceAccount exists (pods are refused before)."""
+        name = "%s%s" % (prefix, secrets.token_hex(4))
+        self.api("POST", "/api/v1/namespaces",
+                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}})
+        self.wait_for("the default ServiceAccount of namespace %s" % name,
+                      lambda: self.request("GET", "/api/v1/namespaces/%s/serviceaccounts/default" % name)[0] == 200)
+        return name
+
+    def delete_namespace(self, name):
+        """Start the namespace's deletion (the namespace controller finishes it); do not wait."""
+        self.request("DELETE", "/api/v1/namespaces/" + name)
+
+
+def _die_with_parent():
+    """In the child, before exec: SIGTERM when the test process dies, even by SIGKILL (Linux prctl)."""
+    _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _load_prctl():
+    import ctypes  # pylint: disable=import-outside-toplevel
+    return ctypes.CDLL(None).prctl  # looked up in the parent: the forked child only calls it
+
+
+_PRCTL = _load_prctl()
+
+
+def _kill_group(pgid, wait=None):
+    """SIGTERM the process group, then SIGKILL it if its leader has not exited within 10 s."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if wait is not None:
+            try:
+                wait(timeout=0.1)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        elif not _alive(pgid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if wait is not None:
+        wait()
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+# --- make kube-up / kube-down -------------------------------------------------------------------
+def _state_path(directory):
+    return os.path.join(directory, "state.json")
+
+
+def _running_components(directory):
+    """{name: pid} of the components a previous `up` in `directory` started that still run (checked by binary)."""
+    try:
+        with open(_state_path(directory), encoding="utf-8") as handle:
+            state = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    alive = {}
+    for name, pid in state.get("pids", {}).items():
+        try:
+            exe = os.readlink("/proc/%d/exe" % pid)
+        except OSError:
+            continue
+        if os.path.basename(exe) == name and _alive(pid):  # the pid was not reused by another program
+            alive[name] = pid
+    return alive
+
+
+def cmd_up(directory):
+    directory = os.path.abspath(directory)
+    if _running_components(directory):
+        print(os.path.join(directory, "admin.kubeconfig"))
+        return 0
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    plane = ControlPlane(directory, die_with_parent=False)  # they outlive this command
+    try:
+        plane.start()
+    except ControlPlaneError as exc:
+        print("kube-up: %s" % exc, file=sys.stderr)
+        return 1
+    with open(_state_path(directory), "w", encoding="utf-8") as handle:
+        json.dump({"version": plane.version, "url": plane.url, "ports": plane.ports,
+                   "pids": {name: proc.pid for name, proc in plane.processes.items()}}, handle, indent=2)
+    print("kube-up: %s control plane at %s, started in %.1f s (%s); logs in %s; stop it with `make kube-down`"
+          % (plane.version, plane.url, plane.startup_seconds,
+             ", ".join("%s %.1f s" % item for item in plane.timings.items()), directory), file=sys.stderr)
+    print(plane.kubeconfig)
+    return 0
+
+
+def cmd_down(directory):
+    directory = os.path.abspath(directory)
+    for name in reversed(COMPONENTS):
+        pid = _running_components(directory).get(name)
+        if pid is not None:
+            _kill_group(pid)
+    if os.path.exists(_state_path(directory)):
+        shutil.rmtree(directory, ignore_errors=True)
+        print("kube-down: stopped the control plane of %s" % directory, file=sys.stderr)
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("action", choices=("up", "down"))
+    parser.add_argument("--dir", default=os.path.join(REPO_ROOT, ".cache", "kube-up"),
+                        help="data folder (default: .cache/kube-up)")
+    args = parser.parse_args(argv)
+    return cmd_up(args.dir) if args.action == "up" else cmd_down(args.dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
