@@ -60,10 +60,9 @@ def host_rows(host, node, mig=None):
         return [_row(host, "reachability", "error", "a node_compliance result",
                      node.get("msg") or "node_compliance returned no checks")]
     rows = []
-    for item in node["checks"]:
-        if not isinstance(item, dict) or "check" not in item or "status" not in item:
-            raise AnsibleFilterError("compliance_rows: host %s: a check result lacks check/status: %r" % (host, item))
-        rows.append(_row(host, item["check"], item["status"], item.get("expected"), item.get("actual")))
+    for index, item in enumerate(node["checks"]):
+        rows.append(_normal_row(
+            dict(item, host=host) if isinstance(item, dict) else item, "host %s: checks[%d]" % (host, index)))
     rows.append(_mig_row(host, mig))
     rows.sort(key=lambda row: CHECK_ORDER.index(row["check"]) if row["check"] in CHECK_ORDER else len(CHECK_ORDER))
     return rows
@@ -88,10 +87,45 @@ def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR):
     return rows
 
 
+def _short(value, limit=120):
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _normal_row(row, where):
+    """One report row with text ``host``/``check`` and a known ``status``; a malformed one becomes that row's error.
+
+    One node's bad result (``check: null``, a list as status, ``host: 5``) must never stop the report for the fleet.
+    """
+    if not isinstance(row, dict):
+        return _row("(unknown host)", "(malformed)", "error", "a check result",
+                    "%s is not a mapping: %s" % (where, _short(row)))
+    host = row.get("host")
+    check = row.get("check")
+    status = row.get("status")
+    problems = []
+    if isinstance(host, int) and not isinstance(host, bool):
+        host = str(host)
+    elif not isinstance(host, str) or not host:
+        problems.append("host is %s" % _short(host))
+        host = "(unknown host)"
+    if not isinstance(check, str) or not check:
+        problems.append("check is %s" % _short(check))
+        check = "(malformed)"
+    if not isinstance(status, str) or status not in STATUS_ORDER:
+        problems.append("status is %s (expected one of %s)" % (_short(status), ", ".join(STATUS_ORDER)))
+        status = None
+    if problems:
+        return _row(host, check, "error", "a check result with check and status",
+                    "%s is malformed: %s" % (where, "; ".join(problems)))
+    return _row(host, check, status, row.get("expected"), row.get("actual"))
+
+
 def _check_rows(rows, name):
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "host" in r and "status" in r for r in rows):
-        raise AnsibleFilterError("%s: input must be the list from compliance_rows" % name)
-    return rows
+    """The rows of compliance_rows, each normalised (a malformed row becomes an ``error`` row for its host)."""
+    if not isinstance(rows, list):
+        raise AnsibleFilterError("%s: input must be the list from compliance_rows, got %s" % (name, type(rows).__name__))
+    return [_normal_row(row, "row %d" % index) for index, row in enumerate(rows)]
 
 
 def host_status(rows):

@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import time
 
 from ansible.errors import AnsibleFilterError
@@ -28,12 +29,25 @@ def preflight_verdict(results, required=None, node="", timestamp=None):
                                                     result.get("duration_s"), result.get("details")))
         decision = preflight.verdict(normalised, tuple(to_plain(required)) if required else preflight.GATES)
     except preflight.PreflightError as exc:
-        raise AnsibleFilterError("preflight_verdict: %s" % exc)
+        raise AnsibleFilterError("preflight_verdict: %s. Fix: give each result gate, status (pass, fail or skip), "
+                                 "reasons (a list of texts) and duration_s (seconds)." % exc)
     decision["results"] = normalised
     decision["annotation"] = preflight.annotation(decision)
     decision["metrics"] = preflight.metrics(normalised, decision, node,
-                                            time.time() if timestamp is None else float(timestamp))
+                                            time.time() if timestamp is None else _unix_time(timestamp))
     return decision
+
+
+def _unix_time(value):
+    """``timestamp``: a finite number of seconds since the epoch, at least 0."""
+    try:
+        seconds = None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        seconds = None
+    if seconds is None or math.isnan(seconds) or math.isinf(seconds) or not 0 <= seconds < 1e11:
+        raise AnsibleFilterError("preflight_verdict: timestamp is %r, not a Unix time in seconds. Fix: pass a number "
+                                 "such as ansible_date_time.epoch, or leave it out for now." % (value,))
+    return seconds
 
 
 COUNTING_KEYS = ("gpus", "gpu_count", "device_plugin", "mig_state")
@@ -71,7 +85,13 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
             return {"status": preflight.FAIL, "details": {},
                     "reasons": ["the expected allocatable cannot be counted: %s" % exc]}
         expected, unknown, basis = computed["expected"], computed["unknown"], computed["basis"]
-    status, reasons, details = preflight.kubernetes_gate(node, to_plain(pods or []), expected,
+    pods = to_plain(pods or [])
+    if not isinstance(pods, list) or not all(isinstance(pod, dict) for pod in pods):
+        raise AnsibleFilterError("preflight_kubernetes_gate: pods must be a list of pod objects (k8s_info resources), "
+                                 "got %s. Fix: pass the resources list of the device-plugin pods." % (
+                                     type(pods).__name__ if not isinstance(pods, list) else "a list holding %s" %
+                                     ", ".join(sorted(set(type(p).__name__ for p in pods if not isinstance(p, dict))))))
+    status, reasons, details = preflight.kubernetes_gate(node, pods, expected,
                                                          to_plain(facts or {}), unknown=unknown, basis=basis)
     if computed is not None:
         details["counting"] = computed

@@ -48,6 +48,12 @@ options:
     description: Seconds one device may take (context creation, JIT, launch, copy) before it is judged failed.
     type: int
     default: 120
+  timeout:
+    description:
+      - Seconds the whole run may take, every device included (1 to 86400). Devices are tested one after another;
+        each gets at most what is left, and the devices not reached by then are reported as not tested (a failure).
+    type: int
+    default: 900
   fail_on_failure:
     description: Fail the task when a device failed. With V(false) the verdict is only returned.
     type: bool
@@ -83,9 +89,12 @@ reasons:
   elements: str
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import cuda_smoke
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.module_args import nul_byte_message
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools, NodeToolsError
 
 
@@ -113,6 +122,7 @@ def main():
             library=dict(type="str", default=cuda_smoke.LIBRARY),
             devices=dict(type="list", elements="str", default=[]),
             device_timeout=dict(type="int", default=120),
+            timeout=dict(type="int", default=900),
             fail_on_failure=dict(type="bool", default=True),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             command_timeout=dict(type="float"),
@@ -120,6 +130,12 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    message = nul_byte_message(params, ("library", "devices", "nvidia_smi"))
+    if message:
+        module.fail_json(msg=message)
+    if not 0 < params["timeout"] <= 86400:
+        module.fail_json(msg="timeout is %d. Fix: pass seconds between 1 and 86400 (the whole run's deadline)."
+                         % params["timeout"])
     if not 0 < params["device_timeout"] <= 3600:
         module.fail_json(msg="device_timeout is %d. Fix: pass seconds between 1 and 3600." % params["device_timeout"])
     try:
@@ -137,8 +153,17 @@ def main():
     if isinstance(targets, dict):
         reasons.append("no CUDA device could be enumerated: %s" % targets.get("error"))
         targets = []
-    for target in targets:
-        result = cuda_smoke.smoke_device(target["uuid"], params["library"], params["device_timeout"])
+    deadline = time.monotonic() + params["timeout"]
+    for position, target in enumerate(targets):
+        left = deadline - time.monotonic()
+        if left < 1:
+            untested = targets[position:]
+            reasons.append("%d device(s) not tested (%s): the run's timeout of %d s was reached. Fix: raise timeout, "
+                           "or test fewer devices at once (devices)" % (
+                               len(untested), ", ".join(t["index"] for t in untested[:8]) +
+                               (", ..." if len(untested) > 8 else ""), params["timeout"]))
+            break
+        result = cuda_smoke.smoke_device(target["uuid"], params["library"], min(params["device_timeout"], int(left)))
         entry = {"index": target["index"], "uuid": target["uuid"], "name": result.get("name") or target["name"],
                  "passed": bool(result.get("passed")), "error": result.get("error"),
                  "error_name": result.get("error_name"), "duration_ms": result.get("duration_ms")}

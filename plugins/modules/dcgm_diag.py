@@ -152,7 +152,10 @@ def judge(result):
         except dcgm.DcgmParseError as exc:
             errors.append(str(exc))
     if parsed is None:
-        reason = "dcgmi output cannot be read (%s)" % errors[0]
+        if len(errors) > 1 and errors[0] == "no JSON object in the output":
+            errors.pop(0)  # a table: its parser's error says more
+        reason = ("dcgmi output cannot be read (%s). Fix: run dcgmi diag -j on the node, or pass its unmodified "
+                  "output" % errors[0])
         if result.status == "failed":
             reason = result.message
         out["reasons"].append(reason)

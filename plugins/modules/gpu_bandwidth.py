@@ -271,7 +271,8 @@ def evaluate(result, testcases, product=None, overrides=None, required=False, to
         parsed = nvb.parse(result.stdout)
     except nvb.NvbandwidthParseError as exc:
         out["reasons"] = [result.message if result.status == node_tools.FAILED else
-                          "nvbandwidth output cannot be read: %s" % exc]
+                          "nvbandwidth output cannot be read: %s. Fix: run nvbandwidth on the node, or pass its "
+                          "unmodified output" % exc]
         return out
     nvb.name_waived(parsed, testcases)
     out["devices"] = parsed["devices"]

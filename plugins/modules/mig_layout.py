@@ -191,6 +191,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.regular_file import kind_of, read_regular
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_node import (
     MIG_PARTED,
     Applier,
@@ -231,15 +232,36 @@ def _refuse_busy(tools, found, force):
                     i["profile"] for i in item["instances"])) or "no instances"))
 
 
+def _config_target(path):
+    """The file ``mig_parted_config_path`` names: the real file behind a symlink (the link stays a link).
+
+    Raises MigNodeError, before anything changes, when it is (or leads to) a directory, FIFO, device or socket.
+    """
+    target = os.path.realpath(path)
+    try:
+        kind = kind_of(os.stat(target).st_mode)
+    except OSError:
+        kind = None  # absent (or unreadable: the write says why)
+    if kind is not None:
+        raise MigNodeError("mig_parted_config_path %s%s is %s. Nothing was changed. Fix: point it at a file "
+                           "(it is written as the mig-parted config)." % (
+                               path, " (-> %s)" % target if target != path else "", kind))
+    return target
+
+
 def _write_config(module, path, config):
+    """Write the mig-parted config to ``path`` (already checked by :func:`_config_target`); True when it changed."""
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
     text = json.dumps(config, indent=2, sort_keys=True) + "\n"  # JSON is YAML; mig-parted reads either
     if os.path.exists(path):
-        with open(path) as handle:
-            if handle.read() == text:
+        try:
+            if read_regular(path, len(text.encode("utf-8"))) == text.encode("utf-8"):
                 return False
+        except (IOError, OSError) as exc:
+            raise MigNodeError("mig_parted_config_path %s cannot be read: %s. Nothing was changed. Fix: point it at "
+                               "a readable file." % (path, exc.strerror or exc))
     handle, temp = tempfile.mkstemp(dir=directory, prefix=".mig-config.")
     with os.fdopen(handle, "w") as out:
         out.write(text)
@@ -275,8 +297,11 @@ def main():
         module.fail_json(msg=str(exc))
     if params["source"] == "captured" and not module.check_mode:
         module.fail_json(msg="source=captured only plans and cannot apply. Fix: run in check mode, or use source=live.")
+    if params["source"] != "captured" and any(v is not None for v in (params.get("captured") or {}).values()):
+        module.fail_json(msg="captured is only read with source=captured. Fix: set source: captured or drop captured.")
 
     try:
+        config_target = _config_target(params["mig_parted_config_path"]) if params["tool"] == "mig-parted" else None
         geometry = load_geometry(params["geometry"])
         found = plan_node(tools, params["config"], params["select"], None, geometry,
                           mig_strategy=params["mig_strategy"], compare_state=True)
@@ -304,7 +329,7 @@ def main():
     applier = Applier(tools, plan)
     try:
         if params["tool"] == "mig-parted":
-            _write_config(module, params["mig_parted_config_path"], params["config"])
+            _write_config(module, config_target, params["config"])
             args = ["apply", "-f", params["mig_parted_config_path"], "-c", params["select"]]
             outcome = tools.run(MIG_PARTED, args)
             applier.steps.append({"command": step_text(MIG_PARTED, args), "result": outcome.status})

@@ -206,6 +206,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_driver
     parse_nvidia_smi_list,
     secure_boot_from_efivar,
 )
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.module_args import nul_byte_message
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     nvidia_gpus,
@@ -311,6 +312,10 @@ def main():
         ),
         supports_check_mode=True,
     )
+    message = nul_byte_message(module.params, ("dkms_module", "dkms_version", "kernel_module_file", "kernel",
+                                               "mok_certificate", "nvidia_smi"))
+    if message:
+        module.fail_json(msg=message)
     try:
         module.tools = node_tools.from_module_params(module.params)
     except node_tools.NodeToolsError as exc:

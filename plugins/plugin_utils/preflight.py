@@ -14,8 +14,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     MIG_ANY,
@@ -66,11 +68,30 @@ def gate_result(gate, status, reasons=None, duration_s=0.0, details=None):
         raise PreflightError("unknown gate %r (gates: %s)" % (gate, ", ".join(GATES)))
     if status not in STATUSES:
         raise PreflightError("gate %s has the status %r (pass, fail or skip)" % (gate, status))
+    if isinstance(reasons, (str, int, float)) and not isinstance(reasons, bool):
+        reasons = [reasons]  # one reason given as text: one reason, never one per character
+    elif reasons is not None and not isinstance(reasons, (list, tuple)):
+        raise PreflightError("gate %s: reasons is %s, not a list of texts" % (gate, type(reasons).__name__))
     reasons = [_short(reason) for reason in (reasons or []) if str(reason).strip()]
     if status == FAIL and not reasons:
         reasons = ["failed without a reason (report this as a bug)"]
-    return {"gate": gate, "status": status, "reasons": reasons, "duration_s": round(float(duration_s or 0), 3),
+    if details is not None and not isinstance(details, dict):
+        raise PreflightError("gate %s: details is %s, not a mapping" % (gate, type(details).__name__))
+    return {"gate": gate, "status": status, "reasons": reasons, "duration_s": _seconds(duration_s, gate),
             "details": details or {}}
+
+
+def _seconds(value, gate):
+    """A gate's duration: a finite number of seconds >= 0 (``None`` is 0)."""
+    if value is None:
+        return 0.0
+    try:
+        seconds = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        seconds = None
+    if seconds is None or math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise PreflightError("gate %s: duration_s is %s, not a number of seconds" % (gate, _short(repr(value))))
+    return round(seconds, 3)
 
 
 def _short(text):
@@ -270,7 +291,7 @@ def _count(value, what):
     if isinstance(value, bool):
         raise PreflightError("%s is %r, not a count" % (what, value))
     try:
-        return int(str(value).strip())
+        return parse_int(value if isinstance(value, int) else str(value), what, signed=True)
     except ValueError:
         raise PreflightError("%s is %r, not a count" % (what, value))
 
@@ -453,10 +474,20 @@ def summary_table(rows):
     """A fixed-width fleet summary: node, each gate, verdict, first reason."""
     header = ["node"] + list(GATES) + ["verdict", "why"]
     table = [header]
-    for row in rows:
-        gates = row.get("gates") or {}
-        table.append([str(row.get("node", "?"))] + [gates.get(gate, "-") for gate in GATES]
-                     + [row.get("verdict", "?"), _short((row.get("reasons") or [""])[0])[:90]])
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            # One malformed row is that row's problem, never the whole table's.
+            table.append(["(row %d)" % index] + ["-" for _gate in GATES]
+                         + ["error", _short("not a mapping: %r" % (row,))[:90]])
+            continue
+        gates = row.get("gates") if isinstance(row.get("gates"), dict) else {}
+        reasons = row.get("reasons")
+        if isinstance(reasons, (list, tuple)):
+            first = reasons[0] if reasons else ""
+        else:
+            first = "" if reasons is None else reasons
+        table.append([str(row.get("node", "?"))] + [str(gates.get(gate, "-")) for gate in GATES]
+                     + [str(row.get("verdict", "?")), _short(first)[:90]])
     return fixed_width_table(table)
 
 

@@ -22,6 +22,9 @@ except ImportError:  # a plain checkout: `make collection-link` made .cache/coll
     from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config as cc
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat  # noqa: E402
 
+#: The entry points this file fuzzes (tests/fuzz/test_fuzz_targets.py).
+FUZZ_TARGETS = ("containerd_runtime",)
+
 FIXTURES = os.path.join(_REPO, "tests", "fixtures", "containerd")
 CONFIG = "/etc/containerd/config.toml"
 DROP_IN_DIR = "/etc/containerd/conf.d"

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import dcgm
 
+#: The entry points this file fuzzes (tests/fuzz/test_fuzz_targets.py).
+FUZZ_TARGETS = ("dcgm_diag",)
+
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "dcgm")
 PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 JSON_FRAGMENTS = ['{', '}', '[', ']', ',', ':', '"DCGM Diagnostic"', '"DCGM GPU Diagnostic"', '"test_categories"',

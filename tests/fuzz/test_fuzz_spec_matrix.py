@@ -19,6 +19,9 @@ from ansible_collections.gpu_native.fleet.plugins.filter.spec_matrix_report impo
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import spec_matrix as sm
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import sysctl_relative_path
 
+#: The entry points this file fuzzes (tests/fuzz/test_fuzz_targets.py).
+FUZZ_TARGETS = ("spec_matrix", "spec_matrix_report")
+
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30),
                     st.sampled_from([">=1.7, <2.0", "550.127.08", "/^5\\.15/", "running", "8", "true", "550.*.*",
                                      "../../etc/shadow", "vm.max_map_count", "=>1", "enabled"]))

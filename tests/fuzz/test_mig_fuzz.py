@@ -14,6 +14,9 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_ge
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_placement as mpl
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_plan as mplan
 
+#: The entry points this file fuzzes (tests/fuzz/test_fuzz_targets.py).
+FUZZ_TARGETS = ("mig_config", "mig_layout")
+
 SETTINGS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 PROFILES = sorted(set(n for m in mg.GEOMETRY.values() for n in m["profiles"])) + ["9g.1gb", "1c.1g.10gb", "x", ""]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 12), st.text(max_size=6), st.sampled_from(PROFILES),

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 from _bounds import assert_effort_within, effort
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvbandwidth as nvb
 
+#: The entry points this file fuzzes (tests/fuzz/test_fuzz_targets.py).
+FUZZ_TARGETS = ("gpu_bandwidth",)
+
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "nvbandwidth")
 PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 READ = ["device_to_device_memcpy_read_ce"]

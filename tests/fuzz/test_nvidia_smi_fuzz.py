@@ -35,6 +35,9 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import pci  # noqa: E402
 from gpu_fixtures import text  # noqa: E402
 
+#: The entry points this file fuzzes (tests/fuzz/test_fuzz_targets.py).
+FUZZ_TARGETS = ("gpu_health",)
+
 XML_H100 = text("constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt")
 XML_A100 = text("01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt")
 TABLE_H100 = text("03_nvsmi_table_and_q_h100_sxm_x8_healthy.txt", "A")

@@ -17,6 +17,9 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import xid
 
 from gpu_fixtures import text
 
+#: The entry points this file fuzzes (tests/fuzz/test_fuzz_targets.py).
+FUZZ_TARGETS = ("gpu_health",)
+
 FRAGMENTS = [
     "NVRM: Xid (", "PCI:0000:18:00", "): ", "79", "149", "45", "154", ", ", "pid=", "name=", "'<unknown>'",
     "caused by previous Xid ", "Fatal", "Nonfatal", " Link ", "(0x025525c6 0x00000000", "0x", "GPU-I:05", ")",

@@ -327,8 +327,9 @@ class NodeTools(object):
         argv = [binary] + list(args)
         try:
             rc, out, err, timed_out, truncated, duration = self._runner(argv, limit, env_update)
-        except OSError as exc:
-            result = ToolResult(tool, argv, MISSING, timeout_s=limit, detail="%s: %s" % (binary, exc.strerror or exc))
+        except (OSError, ValueError) as exc:  # ValueError: an argument holds a NUL byte
+            result = ToolResult(tool, argv, MISSING, timeout_s=limit, detail="%s: %s" % (
+                binary, getattr(exc, "strerror", None) or exc))
             self.calls.append(result)
             return result
         result = self._judge(tool, argv, rc, decode_output(out), decode_output(err), timed_out, truncated,

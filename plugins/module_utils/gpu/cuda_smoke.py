@@ -132,7 +132,7 @@ class _Driver(object):
     def __init__(self, library):
         try:
             self.lib = ctypes.CDLL(library)
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:  # ValueError: a NUL byte in the name
             raise LibraryMissing("%s not found: is the NVIDIA driver installed? (%s)" % (library, exc))
 
     def error_name(self, code):

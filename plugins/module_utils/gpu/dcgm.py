@@ -32,6 +32,7 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import IntegerParseError, parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
@@ -39,8 +40,12 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limi
 MAX_INPUT_CHARS = 8 * 1024 * 1024
 #: JSON nesting deeper than this is refused before ``json`` recurses.
 MAX_JSON_DEPTH = 64
-#: At most this many result rows are read.
+#: At most this many result rows are read (each result counted once per GPU it names).
 MAX_RESULTS = 20000
+#: At most this many GPU ids in one result (``gpu_ids``); no node has more GPUs.
+MAX_GPU_IDS = 1024
+#: GPU ids have at most this many digits.
+MAX_ID_DIGITS = 6
 
 PASS = "pass"
 FAIL = "fail"
@@ -61,7 +66,7 @@ LEVEL_TIMEOUTS = {1: 300, 2: 900, 3: 2700, 4: 9000}
 
 _TOP_LEVEL_NAMES = ("DCGM GPU Diagnostic", "DCGM Diagnostic")
 _VERSION_ROW_RE = re.compile(r"^\|\s*DCGM Version\s*\|\s*([^|]+?)\s*\|", re.M)
-_GPU_IN_TEXT_RE = re.compile(r"\bGPUs?:?\s*((?:\d+\s*,\s*)*\d+)")
+_GPU_IN_TEXT_RE = re.compile(r"\bGPUs?:?\s*((?:[0-9]+\s*,\s*)*[0-9]+)")
 
 
 class DcgmParseError(FleetError):
@@ -99,24 +104,40 @@ def _messages(value):
     return out
 
 
-def _gpu_ids(result):
+def _gpu_id(text, what):
+    try:
+        return parse_int(text, what, max_digits=MAX_ID_DIGITS)
+    except IntegerParseError as exc:
+        raise DcgmParseError(str(exc))
+
+
+def _gpu_ids(result, where):
+    """The GPU ids a result names (deduplicated, in order); a malformed id is a DcgmParseError."""
     for key in ("gpu_id", "gpu_ids"):
         if key in result and result[key] is not None:
             value = result[key]
             if isinstance(value, list):
                 parts = value
+            elif isinstance(value, (dict, bool)):
+                raise DcgmParseError("%s: %s is %s, not a GPU id" % (where, key, type(value).__name__))
             else:
-                parts = str(value).split(",")
+                parts = str(value).split(",", MAX_GPU_IDS)
+            if len(parts) > MAX_GPU_IDS:
+                raise DcgmParseError("%s: %s names more than %d GPUs" % (where, key, MAX_GPU_IDS))
             ids = []
             for part in parts:
+                if isinstance(part, (dict, list, bool)):
+                    raise DcgmParseError("%s: %s holds %s, not a GPU id" % (where, key, type(part).__name__))
                 part = str(part).strip()
-                if part.isdigit():
-                    ids.append(int(part))
+                if part:
+                    number = _gpu_id(part, "%s: %s" % (where, key))
+                    if number not in ids:
+                        ids.append(number)
             return ids
     if "entity_id" in result:
         group = str(result.get("entity_group", "GPU")).upper()
-        if group == "GPU" and str(result["entity_id"]).strip().isdigit():
-            return [int(str(result["entity_id"]).strip())]
+        if group == "GPU" and result["entity_id"] is not None and not isinstance(result["entity_id"], (dict, list)):
+            return [_gpu_id(str(result["entity_id"]), "%s: entity_id" % where)]
     return []
 
 
@@ -158,27 +179,38 @@ def parse_json(text):
     for category in categories:
         if not isinstance(category, dict):
             raise DcgmParseError("a test category is not an object")
-        category_name = str(category.get("category", ""))
-        for test in category.get("tests") or []:
+        category_name = str(category.get("category", ""))[:200]
+        for test in _list_of(category.get("tests"), "category %r: tests" % category_name):
             if not isinstance(test, dict):
                 raise DcgmParseError("a test in category %r is not an object" % category_name)
+            name = str(test.get("name", ""))[:200]
             results = []
-            for result in test.get("results") or []:
-                count += 1
-                if count > MAX_RESULTS:
-                    raise DcgmParseError("more than %d results" % MAX_RESULTS)
+            for result in _list_of(test.get("results"), "test %r: results" % name):
                 if not isinstance(result, dict):
-                    raise DcgmParseError("a result of test %r is not an object" % test.get("name"))
+                    raise DcgmParseError("a result of test %r is not an object" % name)
                 status = _status(result.get("status"))
                 if status is None:
-                    raise DcgmParseError("test %r has the unknown status %r" % (test.get("name"), result.get("status")))
-                message = "; ".join(text for text, _eid in _messages(result.get("warnings")))
-                error_ids = [eid for _t, eid in _messages(result.get("warnings")) if eid is not None]
-                ids = _gpu_ids(result) or [None]
+                    raise DcgmParseError("test %r has the unknown status %r" % (name, str(result.get("status"))[:40]))
+                messages = _messages(result.get("warnings"))
+                message = "; ".join(text for text, _eid in messages)
+                error_ids = [eid for _t, eid in messages if eid is not None]
+                ids = _gpu_ids(result, "a result of test %r" % name) or [None]
+                count += len(ids)
+                if count > MAX_RESULTS:
+                    raise DcgmParseError("more than %d results (counting each GPU a result names)" % MAX_RESULTS)
                 for gpu in ids:
                     results.append({"gpu": gpu, "status": status, "message": message, "error_ids": error_ids})
-            tests.append({"name": str(test.get("name", "")), "category": category_name, "results": results})
+            tests.append({"name": name, "category": category_name, "results": results})
     return {"tests": tests, "dcgm_version": _text_or_none(version), "runtime_error": None}
+
+
+def _list_of(value, what):
+    """``value`` when it is a list, ``[]`` when absent; anything else is a DcgmParseError."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DcgmParseError("%s is %s, not a list" % (what, type(value).__name__))
+    return value
 
 
 def _text_or_none(value):
@@ -196,6 +228,7 @@ def parse_table(text):
     current = None
     version = None
     saw_table = False
+    count = 0
     for raw in text.splitlines()[:200000]:
         line = raw.rstrip()
         if line.startswith("|-----") or line.startswith("+-----"):
@@ -230,12 +263,14 @@ def parse_table(text):
                 continue
             current = {"name": left, "category": category, "results": [], "_text": [], "_text_kind": None}
             tests.append(current)
-            _add_table_result(current, right)
+            count += _add_table_result(current, right)
         elif current is not None:
             if current["_text_kind"]:
                 current["_text"].append(continued)
             else:
-                _add_table_result(current, right)
+                count += _add_table_result(current, right)
+        if count > MAX_RESULTS:
+            raise DcgmParseError("more than %d results (counting each GPU a result names)" % MAX_RESULTS)
     if not saw_table:
         raise DcgmParseError("no dcgmi diag table in the output")
     for test in tests:
@@ -253,20 +288,20 @@ def parse_table(text):
 
 
 def _first_gpu(text):
-    match = re.search(r"\bGPU\s*(\d+)", text)
+    match = re.search(r"\bGPU\s*([0-9]{1,%d})\b" % MAX_ID_DIGITS, text)
     return int(match.group(1)) if match else None
 
 
 def _add_table_result(test, cell):
-    """``Pass``, ``Fail - GPU: 0``, ``Pass - GPUs: 1, 2``, ``GPU0: Pass`` or an error text."""
+    """``Pass``, ``Fail - GPU: 0``, ``Pass - GPUs: 1, 2``, ``GPU0: Pass`` or an error text; returns the rows added."""
     if not cell:
-        return
-    match = re.match(r"^GPU\s*(\d+)\s*:\s*(\S.*)$", cell)
+        return 0
+    match = re.match(r"^GPU\s*([0-9]+)\s*:\s*(\S.*)$", cell)
     if match:
         status = _status(match.group(2).split(" - ")[0])
-        test["results"].append({"gpu": int(match.group(1)), "status": status or FAIL,
+        test["results"].append({"gpu": _gpu_id(match.group(1), "the table cell %r" % cell[:40]), "status": status or FAIL,
                                 "message": "" if status else match.group(2), "error_ids": []})
-        return
+        return 1
     word = cell.split(" - ")[0].strip()
     status = _status(word)
     if status is None:
@@ -274,13 +309,15 @@ def _add_table_result(test, cell):
         if test["name"] == "Error":
             test["_text"].append(cell)
             test["_text_kind"] = "Error"
-            return
+            return 0
         test["results"].append({"gpu": None, "status": FAIL, "message": cell, "error_ids": []})
-        return
+        return 1
     gpus = _GPU_IN_TEXT_RE.search(cell)
-    ids = [int(part) for part in re.split(r"\s*,\s*", gpus.group(1))] if gpus else [None]
+    ids = [_gpu_id(part, "the table cell %r" % cell[:40]) for part in re.split(r"\s*,\s*", gpus.group(1))][:MAX_GPU_IDS] \
+        if gpus else [None]
     for gpu in ids:
         test["results"].append({"gpu": gpu, "status": status, "message": "", "error_ids": []})
+    return len(ids)
 
 
 def summarise(parsed):

@@ -36,6 +36,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 
 GPU = "nvidia.com/gpu"
@@ -57,7 +58,7 @@ def _fail(path, problem, fix):
 def _int(value, path, minimum):
     if isinstance(value, bool) or not isinstance(value, int):
         try:
-            value = int(str(value).strip())
+            value = parse_int(str(value), path, signed=True)
         except ValueError:
             _fail(path, "is %r, not a whole number" % (value,), "use a whole number of at least %d." % minimum)
     if value < minimum:
@@ -204,7 +205,7 @@ def compare(expected, actual):
         if not str(key).startswith("nvidia.com/"):
             continue
         try:
-            counts[str(key)] = int(str(value).strip())
+            counts[str(key)] = parse_int(value if isinstance(value, int) else str(value), str(key), signed=True)
         except ValueError:
             raise DeviceCountError("device_plugin_resources.%s is %r, not a count. Fix: pass whole numbers, as in the "
                                    "node's allocatable." % (key, value))

@@ -15,8 +15,9 @@ of ``nvidia_smi_xml``, ``nvidia_smi_query``, ``nvidia_smi`` (texts),
 ``kernel_log`` (text), ``device_plugin_count`` (int, nvidia.com/gpu),
 ``device_plugin_resources`` (the node's allocatable, ``{resource: count}``), ``driver_error``
 (a one-line cause when nvidia-smi could not reach the driver or is missing)
-and ``tool_errors`` (one line each, with the fix: nvidia-smi timed out, exited
-non-zero without readable output, or printed something unreadable).
+``tool_errors`` (one line each, with the fix: nvidia-smi timed out, exited
+non-zero without readable output, or printed something unreadable) and
+``pci_error`` (a captured lspci output that cannot be read: never ready).
 
 ``collect(tools, ...)`` gathers those inputs through a
 ``node_tools.NodeTools``: live on a node, or replayed from ``captured`` texts
@@ -45,6 +46,8 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.regular_file import read_regular
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     GPU as GPU_RESOURCE,
@@ -543,6 +546,10 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
 
     pci_devices = _pci_devices(inputs)
     pci_count = count_nvidia_gpus(pci_devices) if pci_devices is not None else None
+    if pci_count is None and inputs.get("pci_error"):
+        # An lspci output that was given but cannot be read must not pass as "no PCI view".
+        reasons.append("%s The GPU count cannot be cross-checked with PCI. Fix: pass the unmodified output of "
+                       "lspci -nnD." % inputs["pci_error"])
 
     for gpu in gpus.all():
         if gpu.problems:
@@ -565,7 +572,7 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
     plugin_resources = inputs.get("device_plugin_resources")
     if plugin_resources is not None and plugin_count is None:
         try:
-            plugin_count = int(plugin_resources.get(GPU_RESOURCE, 0))
+            plugin_count = parse_int(plugin_resources.get(GPU_RESOURCE, 0), GPU_RESOURCE)
         except (AttributeError, TypeError, ValueError):
             raise GpuHealthError("device_plugin_resources is not a mapping of counts. Fix: pass the node's "
                                  "allocatable, e.g. {nvidia.com/gpu: 8}.")
@@ -758,8 +765,7 @@ def _collect_kernel_log(tools, kernel_log, since, inputs, sources):
         return
     if kernel_log != "auto":
         try:
-            with open(kernel_log, "rb") as handle:
-                data = handle.read(node_tools.MAX_OUTPUT_BYTES + 1)
+            data = read_regular(kernel_log, node_tools.MAX_OUTPUT_BYTES)
         except (IOError, OSError) as exc:
             raise GpuHealthError("kernel_log %s cannot be read: %s. Fix: pass a readable file or 'auto'." % (
                 kernel_log, exc.strerror or exc))
@@ -800,6 +806,9 @@ def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/
             sources["pci"] = sysfs_root
         else:
             sources["pci"] = "unavailable"
+    elif result.status == node_tools.UNREADABLE:
+        inputs["pci_error"] = result.message
+        sources["pci"] = "captured (unreadable)"
 
     if kernel_log_reader is not None and tools.source == "live":
         kernel_log_reader(tools, kernel_log, since, inputs, sources)

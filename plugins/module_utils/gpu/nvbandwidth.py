@@ -44,6 +44,7 @@ import json
 import math
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import IntegerParseError, parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
@@ -126,13 +127,17 @@ NVLINK_CATALOG = {
 #: Keys a per-model override may set (``thresholds`` option / ``preflight_bandwidth_thresholds``).
 OVERRIDE_KEYS = ("min_gbps", "fraction", "total_gbps", "source")
 
+#: A device line (text) or ``GPU Device list`` entry (JSON) longer than this is not one: real ones are under 120
+#: characters, and the name patterns below are then matched on bounded text only.
+MAX_DEVICE_LINE = 512
 _VERSION_RE = re.compile(r"^nvbandwidth Version:\s*(\S+)")
-_DEVICE_RE = re.compile(r"^Device (\d{1,4}): (.+?)(?: \(([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\))?\s*$")
-_JSON_DEVICE_RE = re.compile(r"^(\d{1,4}): (.+?)(?: \(([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\))?(?:: \(.*\))?$")
+_DEVICE_RE = re.compile(r"^Device ([0-9]{1,4}): (.+?)(?: \(([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\))?\s*$")
+_JSON_DEVICE_RE = re.compile(
+    r"^([0-9]{1,4}): (.+?)(?: \(([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\))?(?:: \(.*\))?$")
 _RUNNING_RE = re.compile(r"^Running (\S+)\.$")
 _NOT_FOUND_RE = re.compile(r"^ERROR: Testcase (.+) not found!$")
-_HEADER_RE = re.compile(r"^\s*\d+(\s+\d+)*\s*$")
-_ROW_RE = re.compile(r"^\s*(\d+)\s+(\S.*)$")
+_HEADER_RE = re.compile(r"^\s*[0-9]+(\s+[0-9]+)*\s*$")
+_ROW_RE = re.compile(r"^\s*([0-9]+)\s+(\S.*)$")
 _ERROR_RE = re.compile(r"^\s*(\[CUDA_ERROR|\[cuda|NVML_ERROR|ASSERT in|ERROR: Invalid Arguments)")
 _ARROW_RE = re.compile(r"GPU\(row\)\s*(<->|->|<-)\s*GPU\(column\)")
 
@@ -251,6 +256,14 @@ def _cell(text, where):
     return value
 
 
+def _index(text, where):
+    """A GPU index in a matrix header or row (ASCII digits, at most 4)."""
+    try:
+        return parse_int(text, where, max_digits=4)
+    except IntegerParseError as exc:
+        raise NvbandwidthParseError(str(exc))
+
+
 def _check_size(text):
     if not isinstance(text, str):
         raise NvbandwidthParseError("the output is not text")
@@ -290,7 +303,8 @@ def parse_text(text):
         if matrix is not None:
             if matrix["columns"] is None:
                 if _HEADER_RE.match(line):
-                    matrix["columns"] = [int(part) for part in line.split()]
+                    matrix["columns"] = [_index(part, "%s: the column header (line %d)" % (current["name"], number))
+                                         for part in line.split()[:MAX_GPUS + 1]]
                     if len(matrix["columns"]) > MAX_GPUS:
                         raise NvbandwidthParseError("%s: the matrix has more than %d columns" % (current["name"], MAX_GPUS))
                     if matrix["columns"] != list(range(len(matrix["columns"]))):
@@ -301,7 +315,7 @@ def parse_text(text):
                     current["name"], number, stripped[:60]))
             row = _ROW_RE.match(line)
             if row and not stripped.startswith(("SUM ", "COEFFICIENT_OF_VARIATION ")):
-                index = int(row.group(1))
+                index = _index(row.group(1), "%s: the row index (line %d)" % (current["name"], number))
                 cells = row.group(2).split()
                 where = "%s row %d" % (current["name"], index)
                 if index != len(matrix["rows"]):
@@ -321,7 +335,7 @@ def parse_text(text):
         if version:
             result["version"] = version.group(1)
             continue
-        device = _DEVICE_RE.match(stripped)
+        device = _DEVICE_RE.match(stripped) if len(stripped) <= MAX_DEVICE_LINE else None
         if device and current is None:
             if len(result["devices"]) >= MAX_GPUS:
                 raise NvbandwidthParseError("more than %d devices listed" % MAX_GPUS)
@@ -393,7 +407,8 @@ def parse_json(text):
     if not isinstance(devices, list):
         raise NvbandwidthParseError("'GPU Device list' is not a list")
     for item in devices[:MAX_GPUS + 1]:
-        match = _JSON_DEVICE_RE.match(str(item).strip())
+        item = str(item).strip()
+        match = _JSON_DEVICE_RE.match(item) if len(item) <= MAX_DEVICE_LINE else None
         if not match:
             raise NvbandwidthParseError("'GPU Device list' entry %r is not '<index>: <name> (<bus id>)'" % str(item)[:60])
         result["devices"].append({"index": int(match.group(1)), "name": match.group(2).strip(),
@@ -524,6 +539,9 @@ def judge(parsed, requested, threshold, why_no_threshold=None, required=False):
         summary["description"] = matrix["description"]
         size = len(matrix["columns"])
         rows = matrix["rows"]
+        if size == 0:
+            failures.append("%s: the matrix is empty (no GPU measured)" % name)
+            continue
         if len(rows) != size:
             failures.append("%s: the matrix has %d rows for %d columns (output cut?)" % (name, len(rows), size))
             continue
@@ -580,8 +598,8 @@ def judge(parsed, requested, threshold, why_no_threshold=None, required=False):
         worst = {"testcase": worst["testcase"], "from_gpu": worst["from_gpu"], "to_gpu": worst["to_gpu"],
                  "gbps": worst["gbps"]}
     if threshold is None:
-        # Nothing is judged without a threshold: the measurements are returned, the verdict is a skip.
-        failures = []
+        # Without a threshold no pair is judged (every failure above says the run itself failed: cut, waived,
+        # not found, an empty or unreadable matrix), so those still fail; a clean run is a skip.
         skips = [why_no_threshold or "no threshold for this GPU model"]
     status = "fail" if failures else ("skip" if skips else "pass")
     reasons = list(failures)

@@ -29,6 +29,8 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import is_ascii_int, parse_int
+
 # dkms 3.x: "nvidia-current/535.261.03, 6.1.0-28-amd64, x86_64: installed"
 # dkms 2.x: "nvidia, 535.104.05, 5.15.0-86-generic, x86_64: installed"
 # registered only: "nvidia-current/535.261.03: added"
@@ -40,8 +42,10 @@ _DKMS_V2_RE = re.compile(
     r"^(?P<module>[^/,\s]+),\s*(?P<version>[^,:\s]+)(?:,\s*(?P<kernel>[^,:\s]+)(?:,\s*(?P<arch>[^:\s]+))?)?:\s*(?P<state>\w+)(?P<note>.*)$"
 )
 # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-2b6d0f8a-...)"; MIG lines are indented "  MIG 1g.10gb ..."
-_SMI_GPU_RE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9a-fA-F-]+)\)\s*$")
-_SMI_MIG_RE = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+(?P<index>\d+): \(UUID: (?P<uuid>MIG-[^)]+)\)\s*$")
+#: ``nvidia-smi -L`` lines longer than this are not device lines (real ones are about 90 characters).
+MAX_SMI_LINE = 512
+_SMI_GPU_RE = re.compile(r"^GPU (?P<index>[0-9]+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9a-fA-F-]+)\)\s*$")
+_SMI_MIG_RE = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+(?P<index>[0-9]+): \(UUID: (?P<uuid>MIG-[^)]+)\)\s*$")
 _UPSTREAM_RE = re.compile(r"^(?:\d+:)?(?P<upstream>\d+(?:\.\d+)+)")
 _DEVICE_RE = re.compile(r"^/dev/nvidia(?:\d+|ctl|-uvm|-uvm-tools|-modeset|-nvswitch\d*|-nvlink|-caps/.+)?$")
 
@@ -108,7 +112,7 @@ def find_device_users(proc_root="/proc"):
     except (IOError, OSError):
         return users
     for name in names:
-        if not name.isdigit():
+        if not is_ascii_int(name, 10):
             continue
         fd_dir = os.path.join(proc_root, name, "fd")
         try:
@@ -138,12 +142,12 @@ def parse_nvidia_smi_list(text):
     """Parse ``nvidia-smi -L``: a list of ``{index, name, uuid, mig_devices}``."""
     gpus = []
     for line in (text or "").splitlines():
-        gpu = _SMI_GPU_RE.match(line.rstrip())
-        if gpu:
+        gpu = _SMI_GPU_RE.match(line.rstrip()) if len(line) <= MAX_SMI_LINE else None
+        if gpu and is_ascii_int(gpu.group("index"), 4):  # else not a GPU line (GPU <5000 digits>: ...)
             gpus.append({"index": int(gpu.group("index")), "name": gpu.group("name"),
                          "uuid": gpu.group("uuid"), "mig_devices": 0})
             continue
-        mig = _SMI_MIG_RE.match(line.rstrip())
+        mig = _SMI_MIG_RE.match(line.rstrip()) if len(line) <= MAX_SMI_LINE else None
         if mig and gpus:
             gpus[-1]["mig_devices"] += 1
     return gpus
@@ -243,10 +247,9 @@ def gpu_architecture(device_id):
         text = text[2:]
     if len(text) == 8 and text.endswith("10de"):  # nvidia-smi's pci.device_id: device then vendor
         text = text[:4]
-    try:
-        number = int(text, 16)
-    except ValueError:
+    if not 0 < len(text) <= 8 or any(char not in "0123456789abcdef" for char in text):
         return "unknown"
+    number = int(text, 16)
     for low, high, name in GPU_ARCHITECTURE_RANGES:
         if low <= number <= high:
             return name
@@ -285,7 +288,7 @@ def choose_kernel_module(requested, branch, gpus, open_offered=True, source="thi
                         % (requested, ", ".join(KERNEL_MODULE_CHOICES)))
         return result
     try:
-        branch_number = int(str(branch).split(".", maxsplit=1)[0])
+        branch_number = parse_int(str(branch).split(".", maxsplit=1)[0], "the driver branch", max_digits=4)
     except (TypeError, ValueError):
         problems.append("driver branch %r is not a number. Fix: set nvidia_driver_branch such as 570." % (branch,))
         return result

@@ -33,11 +33,14 @@ except ImportError:  # pragma: no cover - Python 2 is not supported on nodes
     raise
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
 #: Responses larger than this are cut and judged malformed.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 #: At most this many streamed events are read.
 MAX_STREAM_EVENTS = 20000
+#: JSON nesting deeper than this is refused before ``json`` recurses (an OpenAI answer nests about 5 deep).
+MAX_JSON_DEPTH = 64
 DEFAULT_PROMPT = "Write one sentence about GPUs."
 
 
@@ -50,8 +53,13 @@ def check_base_url(base_url):
     if not isinstance(base_url, str) or not base_url.strip():
         raise LlmProbeError("base_url is empty. Fix: pass the server's OpenAI base URL, e.g. http://10.0.0.5:8000/v1.")
     url = base_url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        no_host = parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0  # port: ValueError
+    except ValueError as exc:
+        raise LlmProbeError("base_url %r is not a URL (%s). Fix: pass e.g. http://10.0.0.5:8000/v1 (an IPv6 host "
+                            "in brackets: http://[fd00::5]:8000/v1)." % (base_url, exc))
+    if no_host:
         raise LlmProbeError("base_url %r is not an http(s) URL with a host. Fix: pass e.g. http://10.0.0.5:8000/v1."
                             % base_url)
     if parts.query or parts.fragment or "@" in parts.netloc:
@@ -151,8 +159,11 @@ class Client(object):
 
 
 def _loads(data, url):
+    text = data.decode("utf-8", "replace")
+    if json_nesting_exceeds(text, MAX_JSON_DEPTH):
+        raise ValueError("%s returned JSON nested deeper than %d levels" % (url, MAX_JSON_DEPTH))
     try:
-        return json.loads(data.decode("utf-8", "replace"))
+        return json.loads(text)
     except ValueError as exc:
         raise ValueError("%s returned malformed JSON (%s)" % (url, exc))
 
@@ -186,7 +197,8 @@ def probe(base_url, model=None, prompt=DEFAULT_PROMPT, min_tokens=8, max_tokens=
         if not model:
             url, models = client.get_json("/models")
             data = models.get("data") if isinstance(models, dict) else None
-            ids = [item.get("id") for item in data or [] if isinstance(item, dict) and item.get("id")]
+            ids = [item.get("id") for item in data if isinstance(item, dict) and item.get("id")] \
+                if isinstance(data, list) else []
             if not ids:
                 result["reasons"].append("%s lists no model; pass model" % url)
                 return result
@@ -218,7 +230,8 @@ def probe(base_url, model=None, prompt=DEFAULT_PROMPT, min_tokens=8, max_tokens=
                     continue
                 if isinstance(event.get("usage"), dict):
                     streamed_usage = event["usage"].get("completion_tokens")
-                for choice in event.get("choices") or []:
+                choices = event.get("choices")
+                for choice in choices if isinstance(choices, list) else []:
                     piece = _choice_text(choice, api)
                     if piece:
                         pieces.append(piece)

@@ -24,7 +24,10 @@ import time
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.gpu_health import GpuHealthError, collect, evaluate
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import IntegerParseError, parse_int
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.regular_file import read_regular
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_matrix import (
     ProfileSelectionError, SpecMatrixError, drift_line, judge_profile, select_profile, summarize, validate_matrix)
@@ -35,6 +38,10 @@ STATUSES = ("pass", "fail", "error", "skip", "unreachable")
 READINESS_METRIC = "gpu_native_node_validation_last_success_ts_seconds"
 # The agent's textfile is small; refuse to read more than this.
 TEXTFILE_MAX_BYTES = 1024 * 1024
+#: A last success at most this far in the future still passes (the agent and this check share the node's clock).
+READINESS_FUTURE_SLACK_S = 60
+#: The readiness timestamp: whole seconds (the agent writes ``%d``), optionally with a fraction.
+_TIMESTAMP_RE = re.compile(r"^([0-9]{1,12})(?:\.[0-9]{1,9})?$")
 _METRIC_RE = re.compile(r"^" + READINESS_METRIC + r"(?:\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$")
 
 
@@ -124,37 +131,58 @@ def check_containerd(tools, runtime_name, binary):
     return _result("containerd", "pass" if actual_binary == binary else "fail", expected, actual)
 
 
+class ReadinessTextfileError(FleetError):
+    """The readiness textfile holds a value that is not a Unix time."""
+
+
+def _timestamp(text):
+    """A metric value as whole Unix seconds: ASCII digits, an optional fraction; ``+Inf``, ``NaN``, ``1e9`` refused."""
+    match = _TIMESTAMP_RE.match(text)
+    if not match:
+        raise ReadinessTextfileError("the value %r of %s is not a Unix time in seconds" % (text[:40], READINESS_METRIC))
+    try:
+        return parse_int(match.group(1), READINESS_METRIC, max_digits=12)
+    except IntegerParseError as exc:  # pragma: no cover - the pattern already bounds it
+        raise ReadinessTextfileError(str(exc))
+
+
 def parse_last_success(text):
-    """The newest value of the readiness metric in a textfile, or None."""
+    """The newest value of the readiness metric in a textfile (whole seconds), or None.
+
+    A value that is not a Unix time raises :class:`ReadinessTextfileError`.
+    """
     newest = None
     for line in text.splitlines():
         match = _METRIC_RE.match(line.strip())
         if match:
-            try:
-                value = float(match.group(1))
-            except ValueError:
-                continue
+            value = _timestamp(match.group(1))
             if newest is None or value > newest:
                 newest = value
     return newest
 
 
 def check_readiness(path, max_age, now=None):
-    """The readiness agent's last successful validation is at most ``max_age`` seconds old."""
+    """The readiness agent's last successful validation is at most ``max_age`` seconds old (and not in the future)."""
     now = time.time() if now is None else now
     expected = "%s at most %ds old in %s" % (READINESS_METRIC, max_age, path)
     try:
-        with open(path, "rb") as handle:
-            text = handle.read(TEXTFILE_MAX_BYTES + 1)
+        text = read_regular(path, TEXTFILE_MAX_BYTES)
     except (IOError, OSError) as exc:
-        return _result("readiness", "fail", expected, "textfile unreadable: %s" % exc.strerror)
+        return _result("readiness", "fail", expected, "textfile unreadable: %s" % (exc.strerror or exc))
     if len(text) > TEXTFILE_MAX_BYTES:
         return _result("readiness", "error", expected, "textfile larger than %d bytes" % TEXTFILE_MAX_BYTES)
-    value = parse_last_success(text.decode("utf-8", "replace"))
+    try:
+        value = parse_last_success(text.decode("utf-8", "replace"))
+    except ReadinessTextfileError as exc:
+        return _result("readiness", "error", expected, "%s. Fix: let the gpu_readiness agent rewrite the textfile "
+                                                       "(it writes whole seconds)" % exc)
     if value is None:
         return _result("readiness", "fail", expected, "metric absent (no successful validation recorded)")
-    age = now - value
-    actual = "last success %ds ago" % int(age)
+    age = int(now) - value
+    if age < -READINESS_FUTURE_SLACK_S:
+        return _result("readiness", "fail", expected, "last success %ds in the future: the node's clock was "
+                                                      "set back or the textfile was not written by the agent" % -age)
+    actual = "last success %ds ago" % max(age, 0)
     return _result("readiness", "pass" if age <= max_age else "fail", expected, actual)
 
 
@@ -208,4 +236,5 @@ def _one_check(name, wanted, params, runner, now, checks):
         if not path:
             checks.append(_result("readiness", "skip", actual="no readiness textfile given"))
             return
-        checks.append(check_readiness(path, int(params.get("readiness_max_age") or 600), now))
+        max_age = params.get("readiness_max_age")
+        checks.append(check_readiness(path, 600 if max_age is None else int(max_age), now))

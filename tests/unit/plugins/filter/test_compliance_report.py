@@ -50,7 +50,10 @@ def test_junit_and_html_escape_and_count():
 def test_bad_input_is_refused():
     with pytest.raises(AnsibleFilterError, match="list of host names"):
         cr.compliance_rows(HOSTVARS, "a")
-    with pytest.raises(AnsibleFilterError, match="compliance_rows"):
-        cr.compliance_summary([{"nope": 1}])
-    with pytest.raises(AnsibleFilterError, match="lacks check/status"):
-        cr.compliance_rows({"a": {"__compliance_node_result": {"checks": [{"x": 1}]}}}, ["a"])
+    with pytest.raises(AnsibleFilterError, match="compliance_summary: input must be the list from compliance_rows"):
+        cr.compliance_summary({"nope": 1})
+    # one malformed row or check result is that row's error, never the report's (issue 27, reproducer 8)
+    assert cr.compliance_summary([{"nope": 1}])["by_status"]["error"] == 1
+    rows = cr.compliance_rows({"a": {"__compliance_node_result": {"checks": [{"x": 1}]}}}, ["a"])
+    bad = [row for row in rows if row["check"] == "(malformed)"]
+    assert len(bad) == 1 and bad[0]["status"] == "error" and "checks[0] is malformed" in bad[0]["actual"]

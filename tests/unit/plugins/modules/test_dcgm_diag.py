@@ -75,7 +75,8 @@ def test_live_prints_nothing(capsys, monkeypatch):
     monkeypatch.delenv("DCGMI_STANDIN_OUTPUT", raising=False)
     result = run(capsys, {"dcgmi": STANDIN, "fail_on_failure": False})
     assert result["passed"] is False
-    assert result["reasons"] == ["dcgmi output cannot be read (dcgmi printed nothing)"]
+    assert result["reasons"] == ["dcgmi output cannot be read (dcgmi printed nothing). Fix: run dcgmi diag -j on the "
+                                 "node, or pass its unmodified output"]
 
 
 def test_missing_dcgmi(capsys, tmp_path):
