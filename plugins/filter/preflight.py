@@ -69,9 +69,10 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
     unknown = {}
     basis = None
     computed = None
-    if expected:
-        basis = "preflight_expected_resources"
-    elif counting:
+    facts = to_plain(facts or {})
+    gfd_labels = None
+    gfd_notes = []
+    if counting:
         counting = to_plain(counting)
         if not isinstance(counting, dict) or any(key not in COUNTING_KEYS for key in counting):
             raise AnsibleFilterError("preflight_kubernetes_gate: counting takes only the keys %s, got %r"
@@ -84,6 +85,15 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
         except preflight.PreflightError as exc:
             return {"status": preflight.FAIL, "details": {},
                     "reasons": ["the expected allocatable cannot be counted: %s" % exc]}
+        if computed.get("gpus"):
+            # the GFD labels follow the same counting rule as the allocatable (strategy, sharing, rename)
+            gfd_labels, gfd_notes = preflight.gfd_expected_labels(
+                facts.get("gpu_product"), computed["gpus"], computed.get("plugin_config"), computed.get("mig_layout"))
+            if not gfd_labels:
+                gfd_labels = None
+    if expected:
+        basis = "preflight_expected_resources"
+    elif computed is not None:
         expected, unknown, basis = computed["expected"], computed["unknown"], computed["basis"]
     pods = to_plain(pods or [])
     if not isinstance(pods, list) or not all(isinstance(pod, dict) for pod in pods):
@@ -92,8 +102,14 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
                                      type(pods).__name__ if not isinstance(pods, list) else "a list holding %s" %
                                      ", ".join(sorted(set(type(p).__name__ for p in pods if not isinstance(p, dict))))))
     status, reasons, details = preflight.kubernetes_gate(node, pods, expected,
-                                                         to_plain(facts or {}), unknown=unknown, basis=basis)
+                                                         facts, unknown=unknown, basis=basis,
+                                                         gfd_labels=gfd_labels)
+    if gfd_labels is not None:
+        details["gfd_labels"] = dict((key, value) for key, (value, _how) in gfd_labels.items())
+        details["gfd_notes"] = gfd_notes
     if computed is not None:
+        computed = dict((key, value) for key, value in computed.items() if key not in ("plugin_config", "gpus",
+                                                                                        "mig_layout"))
         details["counting"] = computed
     details["expected_from"] = basis
     return {"status": status, "reasons": reasons, "details": details}

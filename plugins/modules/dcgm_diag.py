@@ -95,7 +95,10 @@ passed:
   type: bool
   sample: false
 tests:
-  description: Every test with its per-GPU results (C(gpu) is null when DCGM named no GPU).
+  description:
+    - Every test with its per-GPU results (C(gpu) is null when DCGM named no GPU).
+    - C(summary) is DCGM 4.x's C(test_summary), the test's own verdict (C(status), C(message)); null before 4.x.
+      A summary that says C(fail) fails the run even when no per-GPU result does.
   returned: always
   type: list
   elements: dict
@@ -117,7 +120,7 @@ reasons:
   type: list
   elements: str
 dcgm_version:
-  description: The DCGM version the output names, when it names one.
+  description: The DCGM version the output names, when it names one (DCGM 4.x JSON - the top-level C(metadata.version)).
   returned: always
   type: str
   sample: "4.2.3"

@@ -18,8 +18,11 @@ description:
   - Node Ready is not GPU Ready. This module gives a per-GPU verdict and a node verdict (RV(gpu_ready)) from what
     C(nvidia-smi), C(lspci) (or sysfs) and the kernel log say, never from C(nvidia-smi)'s exit code, which is 0
     even while a GPU shows C(ERR!).
-  - "A GPU is unhealthy when its table row shows C(ERR!); nvidia-smi cannot get its handle or says C(GPU is lost);
-    the kernel says it has fallen off the bus (even with no Xid line); a C(-q) field reads C(Unknown Error);
+  - "A GPU is unhealthy when its table row shows C(ERR!) (in a sensor field alone: see O(sensor_error)); nvidia-smi
+    cannot get its handle or says C(GPU is lost); the kernel says it has fallen off the bus (even with no Xid line);
+    a C(-q) field that speaks about health (ECC, retired pages, remapped rows, recovery action, reset status,
+    temperature, power, clocks-event reasons, memory, PCIe, fabric) reads C(Unknown Error) (in an informational
+    field such as C(Addressing Mode) it is a note);
     remapped rows are pending or remapping failed; an uncorrectable volatile ECC count is above zero with an
     action pending; the driver asks for a reset; or an Xid whose action is C(reset_gpu) or C(reboot_node) was
     seen and not cleared."
@@ -117,6 +120,16 @@ options:
       - When nvidia-smi reports more attached GPUs than it describes, the node is not ready unless
         O(expected_gpus) is below the attached count (a log trimmed on purpose); then the described GPUs are counted.
     type: int
+  sensor_error:
+    description:
+      - What an C(ERR!) in a sensor field alone does in the C(nvidia-smi) table (the fan, the temperature, the power
+        draw or the power cap, on a GPU whose name and memory still read): V(fail) makes the GPU unhealthy, V(warn)
+        reports it in RV(gpus[].notes) only.
+      - An C(ERR!) in any other field (name, memory, utilisation, ECC, MIG mode), an all-C(ERR!) row, or a device
+        handle error (C(Unable to determine the device handle)) makes the GPU unhealthy whatever this says.
+    type: str
+    choices: [fail, warn]
+    default: fail
   xid_actions:
     description:
       - Overrides of the Xid catalog, Xid number to action (V(ignore), V(restart_app), V(workflow), V(drain_p2p),
@@ -443,6 +456,7 @@ def main():
         mig_layout=dict(type="dict"),
         expected_gpus=dict(type="int"),
         xid_actions=dict(type="dict", default={}),
+        sensor_error=dict(type="str", choices=["fail", "warn"], default="fail"),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
@@ -471,7 +485,8 @@ def main():
             sources[key] = "captured" if params["source"] == "captured" else "option"
     try:
         result = evaluate(inputs, expected_gpus=params["expected_gpus"], xid_actions=params["xid_actions"],
-                          device_plugin_config=params["device_plugin_config"], mig_layout=params["mig_layout"])
+                          device_plugin_config=params["device_plugin_config"], mig_layout=params["mig_layout"],
+                          sensor_error=params["sensor_error"])
     except (GpuHealthError, XidCatalogError) as exc:
         module.fail_json(msg=str(exc))
     result["sources"] = sources

@@ -343,8 +343,12 @@ def expected_allocatable(gpus=None, gpu_count=None, plugin_settings=None, mig_st
         else:
             notes.append("no MIG layout is assigned to the node (mig_config_name): the MIG devices are counted as a "
                          "total over nvidia.com/mig-*")
+    if strategy == "single" and mig_gpus and isinstance(mig_state, dict) and isinstance(mig_state.get("actual"), dict):
+        # single counts every MIG device as nvidia.com/gpu; the profile only names GFD's gpu.product
+        layout, why = mig_devices_per_profile(mig_state["actual"])
+        layout = None if why else layout
     try:
-        result = plugin_expected_resources(config, listed, layout or None)
+        result = plugin_expected_resources(config, listed, layout if strategy == "mixed" else None)
     except DeviceCountError as exc:
         raise PreflightError(str(exc))
     mig_total = sum(gpu["mig_devices"] for gpu in mig_gpus)
@@ -357,7 +361,83 @@ def expected_allocatable(gpus=None, gpu_count=None, plugin_settings=None, mig_st
         parts.append("time-slicing")
     parts.append("device plugin config %s" % chosen if chosen else "the plugin's defaults")
     return {"expected": result["expected"], "unknown": result["unknown"], "notes": notes + result["notes"],
-            "strategy": strategy, "config": chosen, "basis": "counted from " + ", ".join(parts)}
+            "strategy": strategy, "config": chosen, "basis": "counted from " + ", ".join(parts),
+            "plugin_config": config, "gpus": listed, "mig_layout": layout}
+
+
+# --- GPU feature discovery labels ------------------------------------------------------------------------------
+# NVIDIA/k8s-device-plugin v0.20.0 (commit 1b826acc), internal/lm/resource.go and internal/lm/mig-strategy.go.
+_GFD_UNSAFE_RE = re.compile(r"[^A-Za-z0-9\-_. ]")
+GFD_REPLICAS = "nvidia.com/gpu.replicas"
+
+
+def gfd_sanitise(text):
+    """GFD's name sanitiser (internal/lm/resource.go ``sanitise`` at v0.20.0): drop every character outside
+    ``[A-Za-z0-9-_. ]``, then join the words with ``-`` (runs of spaces collapse)."""
+    return "-".join(_GFD_UNSAFE_RE.sub("", str(text)).split())
+
+
+def _gfd_sharing(config):
+    """``(replicas, renamed)`` of ``nvidia.com/gpu`` in the config's time-slicing or MPS block (0, False: none)."""
+    sharing = (config or {}).get("sharing") or {}
+    for kind in ("timeSlicing", "mps"):
+        block = sharing.get(kind) or {}
+        for resource in block.get("resources") or []:
+            if isinstance(resource, dict) and resource.get("name") == "nvidia.com/gpu":
+                replicas = _count(resource.get("replicas") or 0, "sharing.%s.resources.replicas" % kind) or 0
+                # api/config/v1/replicas.go: renameByDefault gives every resource a rename
+                renamed = bool(resource.get("rename")) or _truthy(block.get("renameByDefault"))
+                return replicas, renamed
+    return 0, False
+
+
+def gfd_expected_labels(product, gpus, config, mig_layout=None):
+    """``({label: (value, how)}, [notes])``: what GFD labels the node with, by the device plugin's counting rule.
+
+    ``how`` is ``exact``, or ``prefix`` when the MIG profile is not known.  ``gpus``: ``[{mig_enabled,
+    mig_devices}]`` (nvidia-smi); ``config``: the device plugin config (api v1); ``mig_layout``:
+    ``{profile: count}`` when known.  As GFD v0.20.0 does it:
+
+    * ``none`` and ``mixed``: ``gpu.count`` is the number of physical GPUs (MIG-enabled ones included);
+    * ``single`` with every GPU in MIG mode, none empty and one profile: ``gpu.count`` is the number of MIG
+      devices and ``gpu.product`` ``<model>-MIG-<profile>``; a MIG-on/MIG-off mix, an empty MIG GPU or two
+      profiles give ``<model>-MIG-INVALID`` and count 0 (and the plugin itself refuses a mix: internal/rm/device_map.go);
+    * time-slicing or MPS with replicas > 1 on ``nvidia.com/gpu``: ``-SHARED`` is appended unless the resource is
+      renamed, ``gpu.replicas`` is the replicas; the count stays physical;
+    * the model is sanitised (``gfd_sanitise``).
+    """
+    notes = []
+    labels = {}
+    if product is None or not gpus:
+        return labels, notes
+    model = gfd_sanitise(product)
+    strategy = (((config or {}).get("flags") or {}).get("migStrategy")) or "none"
+    replicas, renamed = _gfd_sharing(config)
+    shared = replicas > 1 and not renamed
+    mig = [gpu for gpu in gpus if gpu.get("mig_enabled")]
+    full = [gpu for gpu in gpus if not gpu.get("mig_enabled")]
+    profiles = sorted(profile for profile, count in (mig_layout or {}).items() if count)
+    product_value, how, count = model + ("-SHARED" if shared and (full or strategy == "none") else ""), "exact", len(gpus)
+    if strategy == "single" and mig:
+        if full or any(not gpu.get("mig_devices") for gpu in mig) or len(profiles) > 1:
+            product_value, count = model + "-MIG-INVALID", 0
+            notes.append("migStrategy single needs every GPU in MIG mode with one profile and no empty GPU: GFD "
+                         "labels the node %s-MIG-INVALID%s" % (model, " and the device plugin refuses to start (all "
+                                                                     "devices must have the same migEnabled value)"
+                                                               if full else ""))
+        else:
+            count = sum(int(gpu.get("mig_devices") or 0) for gpu in mig)
+            if profiles:
+                product_value = "%s-MIG-%s%s" % (model, gfd_sanitise(profiles[0]), "-SHARED" if shared else "")
+            else:
+                product_value, how = model + "-MIG-", "prefix"
+                notes.append("the MIG profile is not known (no mig_config_name): only the prefix %s-MIG- of "
+                             "nvidia.com/gpu.product is compared" % model)
+    labels[GFD_PRODUCT] = (product_value, how)
+    labels[GFD_COUNT] = (str(count), "exact")
+    if config and config.get("sharing") and count:
+        labels[GFD_REPLICAS] = (str(replicas if replicas > 0 else 1), "exact")
+    return labels, notes
 
 
 def _mig_total(allocatable):
@@ -394,7 +474,7 @@ def _pod_running_and_ready(pod):
 
 
 def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text="device plugin", unknown=None,
-                    basis=None):
+                    basis=None, gfd_labels=None):
     """Judge the node object, the device-plugin pods on it, and the GFD labels against the node's facts.
 
     ``expected_resources``: ``{"nvidia.com/gpu": 8}`` (or MIG / shared
@@ -403,6 +483,9 @@ def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text=
     node offers is expected to be 0.  ``unknown``: ``{resource: why}`` whose
     count cannot be known (the gate fails and says to set the override);
     ``basis``: how the counts were made, appended to a count reason.
+    ``gfd_labels``: ``gfd_expected_labels()``'s labels, the GFD labels the
+    same counting rule expects (MIG strategy, sharing, rename); without them
+    the product is compared as a prefix and the count with ``gpu_count``.
     ``facts``: ``gpu_product``, ``gpu_count``, ``mig_capable``
     (bool), ``driver_version`` (``"550.127.08"``); a fact that is None is not
     compared.  Returns ``(status, reasons, details)``.
@@ -437,18 +520,25 @@ def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text=
         reasons.append("the expected allocatable %s is unknown: %s. Fix: set preflight_expected_resources for this "
                        "node" % (resource, cause))
     checks = []
-    if facts.get("gpu_product") is not None:
-        checks.append((GFD_PRODUCT, str(facts["gpu_product"]).replace(" ", "-")))
-    if facts.get("gpu_count") is not None:
-        checks.append((GFD_COUNT, str(facts["gpu_count"])))
+    if gfd_labels is not None:
+        for key, (expected, how) in sorted(gfd_labels.items()):
+            checks.append((key, expected, how))
+    else:
+        # no counting rule (no device plugin facts): the physical count, the product at least as a prefix
+        if facts.get("gpu_product") is not None:
+            checks.append((GFD_PRODUCT, gfd_sanitise(facts["gpu_product"]), "prefix"))
+        if facts.get("gpu_count") is not None:
+            checks.append((GFD_COUNT, str(facts["gpu_count"]), "exact"))
     if facts.get("mig_capable") is not None:
-        checks.append((GFD_MIG_CAPABLE, "true" if facts["mig_capable"] else "false"))
-    for key, expected in checks:
+        checks.append((GFD_MIG_CAPABLE, "true" if facts["mig_capable"] else "false", "exact"))
+    for key, expected, how in checks:
         if key not in labels:
             reasons.append("GPU feature discovery label %s is missing" % key)
-        elif labels[key] != expected and not (key == GFD_PRODUCT and labels[key].startswith(expected)):
-            # GFD may append a sharing suffix to the product (-SHARED, -MIG-...).
-            reasons.append("label %s is %s, the node says %s" % (key, labels[key], expected))
+        elif labels[key] != expected and not (how == "prefix" and labels[key].startswith(expected)):
+            if gfd_labels is not None:
+                reasons.append("label %s is %s, expected %s%s" % (key, labels[key], expected, why))
+            else:
+                reasons.append("label %s is %s, the node says %s" % (key, labels[key], expected))
     driver = facts.get("driver_version")
     if driver:
         if GFD_DRIVER_FULL in labels:

@@ -18,7 +18,12 @@ Shapes handled (sources: tests/fixtures/dcgm/ and NVIDIA/DCGM
 - ``warnings`` as ``null``, a string, a list of strings or a list of
   ``{warning, error_id}`` objects;
 - a hard error: ``{"<name>": {"runtime_error": "...", "version": "..."}}``
-  with no test categories.
+  with no test categories;
+- DCGM 4.x: the version in the top-level ``metadata.version`` (with
+  ``Driver Version Detected``), and per test a ``test_summary`` whose
+  ``status`` is the test's own verdict (NVIDIA/DCGM 4.6.0 dcgmi/Diag.cpp
+  ``HelperJsonAddMetadata``/``HelperJsonAddTestSummary``); a summary that says
+  ``Fail`` fails the run even when no entity result does.
 
 The verdict is strict: only a run whose every result reads ``Pass`` or
 ``Skip`` (and that ran at least one test) passes.  ``Warn`` is reported and
@@ -168,6 +173,10 @@ def parse_json(text):
         raise DcgmParseError("no 'DCGM Diagnostic' object in the JSON (keys: %s)" % ", ".join(
             sorted(str(key) for key in document)[:5]))
     version = body.get("version")
+    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    if version is None:
+        version = metadata.get("version")  # DCGM 4.x: top-level metadata.version
+    driver_version = _text_or_none(metadata.get("Driver Version Detected"))
     runtime_error = body.get("runtime_error")
     if runtime_error is not None:
         return {"tests": [], "dcgm_version": _text_or_none(version), "runtime_error": str(runtime_error)}
@@ -200,8 +209,30 @@ def parse_json(text):
                     raise DcgmParseError("more than %d results (counting each GPU a result names)" % MAX_RESULTS)
                 for gpu in ids:
                     results.append({"gpu": gpu, "status": status, "message": message, "error_ids": error_ids})
-            tests.append({"name": name, "category": category_name, "results": results})
-    return {"tests": tests, "dcgm_version": _text_or_none(version), "runtime_error": None}
+            tests.append({"name": name, "category": category_name, "results": results,
+                          "summary": _test_summary(test)})
+    return {"tests": tests, "dcgm_version": _text_or_none(version), "driver_version": driver_version,
+            "runtime_error": None}
+
+
+def _test_summary(test):
+    """DCGM 4.x ``test_summary`` (``{status, warnings, info}``, the test's overall result) -> ``{status, message}``.
+
+    Required by DCGM's own schema (NVIDIA/DCGM 4.6.0 testing/python3/dcgm_diag_schema.json) and written by
+    dcgmi/Diag.cpp ``HelperJsonAddTestSummary``; None when absent (DCGM 3.x).
+    """
+    summary = test.get("test_summary")
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        raise DcgmParseError("the test_summary of test %r is not an object" % test.get("name"))
+    status = _status(summary.get("status"))
+    if status is None:
+        raise DcgmParseError("the test_summary of test %r has the unknown status %r" % (test.get("name"),
+                                                                                       summary.get("status")))
+    texts = [text for text, _eid in _messages(summary.get("warnings"))] or \
+        [text for text, _eid in _messages(summary.get("info"))]
+    return {"status": status, "message": "; ".join(texts)}
 
 
 def _list_of(value, what):
@@ -328,12 +359,23 @@ def summarise(parsed):
     if parsed.get("runtime_error"):
         failures.append({"test": "dcgmi", "gpu": None, "message": parsed["runtime_error"]})
     for test in parsed["tests"]:
+        statuses = set()
         for result in test["results"]:
             results += 1
+            statuses.add(result["status"])
             if result["status"] == FAIL:
                 failures.append({"test": test["name"], "gpu": result["gpu"], "message": result["message"] or "failed"})
             elif result["status"] == WARN:
                 warnings.append({"test": test["name"], "gpu": result["gpu"], "message": result["message"]})
+        summary = test.get("summary")
+        if summary:
+            results += 1
+            # the test's own verdict: a failure DCGM reports only at summary level (no entity) still fails
+            if summary["status"] == FAIL and FAIL not in statuses:
+                failures.append({"test": test["name"], "gpu": None,
+                                 "message": summary["message"] or "the test summary says Fail"})
+            elif summary["status"] == WARN and WARN not in statuses and FAIL not in statuses:
+                warnings.append({"test": test["name"], "gpu": None, "message": summary["message"]})
     passed = not failures and results > 0
     if results == 0 and not failures:
         failures.append({"test": "dcgmi", "gpu": None, "message": "the diagnostic reported no results"})

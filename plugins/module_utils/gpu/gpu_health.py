@@ -27,7 +27,11 @@ Verdict rules (each one is tested):
 
 * a GPU is unhealthy when its table row shows ``ERR!``; nvidia-smi cannot get
   its handle or says "GPU is lost"; the kernel says it fell off the bus; a
-  ``-q`` field reads ``Unknown Error``; remapped rows are pending or remapping
+  ``-q`` field that speaks about health (``nvidia_smi.HEALTH_SECTIONS``: ECC,
+  retired pages, remapped rows, recovery action, reset status, temperature,
+  power, clocks-event reasons, memory, PCIe, fabric) reads ``Unknown Error``
+  (the same text in an informational field such as ``Addressing Mode`` is a
+  note); remapped rows are pending or remapping
   failed; an uncorrectable volatile ECC count is above zero with an action
   pending; the driver asks for a reset or reboot; or an Xid whose action is
   ``reset_gpu``/``reboot_node`` was seen and not cleared (a later driver load,
@@ -57,8 +61,10 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import (
+    SENSOR_FIELDS,
     NvidiaSmiParseError,
     detect_no_driver,
+    is_health_field,
     parse_query_text,
     parse_query_xml,
     parse_table,
@@ -67,6 +73,8 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     LspciParseError,
     count_nvidia_gpus,
     nvidia_gpus,
+    nvidia_virtual_functions,
+    possible_virtual_functions,
     parse_lspci,
     read_sysfs_pci_devices,
 )
@@ -83,6 +91,10 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import (
 )
 
 NO_ACTION = "none"
+#: What an ERR! in a sensor field only (fan, temperature, power draw or cap) does: ``fail`` (the GPU is unhealthy)
+#: or ``warn`` (a note).  An ERR! in any other field, an all-ERR! row or a handle error is always unhealthy.
+SENSOR_ERROR_CHOICES = ("fail", "warn")
+SENSOR_ERROR_DEFAULT = "fail"
 _SINCE_RE = re.compile(r"^\d+\s*(s|sec|m|min|h|d|w)$")
 _PENDING_RECOVERY = {
     "gpu reset": "reset_gpu",
@@ -162,6 +174,10 @@ class _Gpus(object):
         return sorted(gpus, key=lambda g: (g.index is None, g.index if g.index is not None else 0, g.pci_bus_id or ""))
 
 
+def _shown(paths, limit=6):
+    return ", ".join(paths[:limit]) + (" and %d more" % (len(paths) - limit) if len(paths) > limit else "")
+
+
 def _apply_query(gpus, report, source):
     for position, data in enumerate(report["gpus"]):
         gpu = gpus.get(data["pci_bus_id"])
@@ -176,9 +192,15 @@ def _apply_query(gpus, report, source):
         if data.get("lost"):
             gpu.problem("nvidia-smi %s says the GPU is lost" % source, "reboot_node")
         unknown = data.get("unknown_error_fields") or []
-        if unknown:
-            shown = ", ".join(unknown[:6]) + (" and %d more" % (len(unknown) - 6) if len(unknown) > 6 else "")
-            gpu.problem("nvidia-smi %s fields read 'Unknown Error' (%s)" % (source, shown), "reset_gpu")
+        health = data.get("unknown_error_health_fields")
+        if health is None:
+            health = [path for path in unknown if is_health_field(path)]
+        informational = [path for path in unknown if path not in health]
+        if health:
+            gpu.problem("nvidia-smi %s fields read 'Unknown Error' (%s)" % (source, _shown(health)), "reset_gpu")
+        if informational:
+            gpu.notes.append("nvidia-smi %s informational fields read 'Unknown Error' (%s): not a health signal"
+                             % (source, _shown(informational)))
         remapped = data.get("remapped_rows")
         if remapped:
             if remapped.get("pending"):
@@ -209,7 +231,7 @@ def _apply_query(gpus, report, source):
                         _PENDING_RECOVERY.get(recovery.lower(), "reset_gpu"))
 
 
-def _apply_table(gpus, table):
+def _apply_table(gpus, table, sensor_error=SENSOR_ERROR_DEFAULT):
     for row in table["gpus"]:
         gpu = gpus.get(row["pci_bus_id"])
         gpu.seen_by_nvidia_smi = True
@@ -217,9 +239,20 @@ def _apply_table(gpus, table):
         gpu.product = gpu.product or row.get("product")
         if (row.get("mig_mode") or "").lower() == "enabled":
             gpu.mig_enabled = True
-        if row["err"]:
-            fields = ", ".join(row.get("err_fields") or []) or "row"
-            gpu.problem("nvidia-smi table shows ERR! (%s)" % fields, "reset_gpu")
+        if not row["err"]:
+            continue
+        err_fields = row.get("err_fields") or []
+        fields = ", ".join(err_fields) or "row"
+        answers = row.get("memory_total_mib") is not None and row.get("product") is not None
+        if err_fields and answers and set(err_fields) <= SENSOR_FIELDS:
+            # one unreadable sensor on a GPU that otherwise answers: a degraded sensor, not a lost GPU
+            text = "nvidia-smi table shows ERR! for %s: a sensor nvidia-smi cannot read on a GPU that otherwise answers" % fields
+            if sensor_error == "warn":
+                gpu.notes.append(text + " (sensor_error: warn)")
+            else:
+                gpu.problem(text + " (sensor_error: fail; set it to warn to report it only)", "reset_gpu")
+            continue
+        gpu.problem("nvidia-smi table shows ERR! (%s)" % fields, "reset_gpu")
 
 
 def _apply_handle_errors(gpus, errors):
@@ -245,6 +278,7 @@ def _xid_events(gpus, kernel, catalog, generation=None):
     entries = {}
     order = []
     dbe_seen = set()
+    previous_xid = {}  # bus -> the latest Xid other than 45 seen so far (links a "not solo" 45)
     judgements = {}  # floods repeat the same line: judge each text once
     for event in kernel["events"]:
         key = (event["xid"], event["pci_bus_id"])
@@ -270,6 +304,18 @@ def _xid_events(gpus, kernel, catalog, generation=None):
                 action = classify(judged["caused_by"], None, catalog, generation)
                 note = "caused by Xid %d, which is not in the log window: judged as Xid %d's catalog action" % (
                     judged["caused_by"], judged["caused_by"])
+        linked = judged["caused_by"]
+        if (event["xid"] == 45 and linked is None and not overridden and not cleared
+                and judged["bucket"] == "WORKFLOW_XID_45"):
+            others = sorted(x for x in here if x != 45)
+            if others:
+                # NVIDIA's catalog, Xid 45: "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)"
+                linked = previous_xid.get(event["pci_bus_id"], others[0])
+                action = "ignore"
+                note = ("not solo (Xid %s on this GPU in the log window): ignored, the verdict follows Xid %d"
+                        % (", ".join(str(x) for x in others), linked))
+        if event["xid"] != 45:
+            previous_xid[event["pci_bus_id"]] = event["xid"]
         if judged["follows"] == 48:
             if 48 in here:
                 action = "ignore"
@@ -305,8 +351,8 @@ def _xid_events(gpus, kernel, catalog, generation=None):
         entry["count"] += 1
         entry["last_seen"] = event["timestamp"]
         entry["message"] = event["message"] or entry["message"]
-        if judged["caused_by"] is not None:
-            entry["caused_by"] = judged["caused_by"]
+        if linked is not None:
+            entry["caused_by"] = linked
         if event["gi"] is not None:
             entry["gi"] = event["gi"]
         if event["pid"] is not None and event["pid"] not in entry["pids"]:
@@ -363,7 +409,11 @@ def _xid_events(gpus, kernel, catalog, generation=None):
                 or "not in the catalog", entry["count"], entry["last_seen"] or "(no timestamp)", pending), pending)
         results.append(entry)
     for error in kernel["bus_errors"]:
-        if error["line"] < last_driver_load:
+        # A driver load clears what came before it, except the probe's own message: osapi.c prints
+        # "... installed in this system has fallen off the bus" before the banner of the load that probed
+        # (open-gpu-kernel-modules 595.45.04 kernel-open/nvidia/nv.c prints "NVRM: loading" last).
+        loads_after = [load for load in kernel["driver_loads"] if load > error["line"]]
+        if len(loads_after) > (1 if error.get("at_probe") else 0):
             continue
         gpu = gpus.get(error["pci_bus_id"])
         gpu.uuid = gpu.uuid or kernel["uuid_map"].get(error["pci_bus_id"] or "")
@@ -445,8 +495,12 @@ def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons
     return rows
 
 
-def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=None, mig_layout=None):
+def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=None, mig_layout=None,
+             sensor_error=SENSOR_ERROR_DEFAULT):
     """Compute the readiness verdict (see the module docstring).
+
+    ``sensor_error`` (``fail`` or ``warn``) decides what an ``ERR!`` in a
+    sensor field alone does (``SENSOR_ERROR_CHOICES``).
 
     ``device_plugin_config`` (the device plugin's config, as roles/device_plugin_config
     renders it) and ``mig_layout`` (``{profile: count}``) make the device-plugin check
@@ -455,6 +509,8 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
     replicas, renameByDefault, MIG strategies).
     """
     check_count("expected_gpus", expected_gpus)
+    if sensor_error not in SENSOR_ERROR_CHOICES:
+        raise GpuHealthError("sensor_error is %r. Fix: use fail or warn." % (sensor_error,))
     catalog = merge_overrides(xid_actions)
     gpus = _Gpus()
     reasons = []
@@ -505,7 +561,7 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
         nvidia_smi_seen = True
         driver_version = driver_version or table["driver_version"]
         cuda_version = cuda_version or table["cuda_version"]
-        _apply_table(gpus, table)
+        _apply_table(gpus, table, sensor_error)
         _apply_handle_errors(gpus, table["handle_errors"])
     if nvidia_smi_seen and driver_reachable is None:
         driver_reachable = True
@@ -550,6 +606,17 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
         # An lspci output that was given but cannot be read must not pass as "no PCI view".
         reasons.append("%s The GPU count cannot be cross-checked with PCI. Fix: pass the unmodified output of "
                        "lspci -nnD." % inputs["pci_error"])
+    if pci_devices is not None:
+        vfs = nvidia_virtual_functions(pci_devices)
+        if vfs:
+            notes.append("%d SR-IOV virtual function(s) of NVIDIA GPUs (sysfs physfn) are not counted as GPUs: %s"
+                         % (len(vfs), _shown([d["pci_bus_id"] for d in vfs], 4)))
+        maybe = possible_virtual_functions(pci_devices)
+        if maybe:
+            notes.append("the PCI count may include SR-IOV virtual functions: %d NVIDIA GPU function(s) sit at a "
+                         "PCI function other than 0 (%s), which lspci text cannot tell from GPUs; sysfs "
+                         "(pci_sysfs_root) skips VFs by their physfn link" % (len(maybe), _shown(
+                             [d["pci_bus_id"] for d in maybe], 4)))
 
     for gpu in gpus.all():
         if gpu.problems:

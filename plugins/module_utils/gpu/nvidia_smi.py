@@ -51,6 +51,8 @@ Both return a dict::
         reset_required     bool or None
         drain_and_reset_recommended bool or None
         unknown_error_fields  list of field paths that read "Unknown Error"
+        unknown_error_health_fields  those of them that speak about health
+                           (``HEALTH_SECTIONS``); the others are informational
         lost               True when the GPU section says "GPU is lost"
 
 ``parse_table(text)``: the plain ``nvidia-smi`` table.  Returns
@@ -92,6 +94,27 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
 )
 
 UNKNOWN_ERROR = "unknown error"
+
+#: Top-level ``-q``/``-q -x`` sections that speak about health: a field under
+#: one of them reading "Unknown Error" makes the GPU unhealthy; the same text
+#: anywhere else (Addressing Mode, Driver Model, Inforom Version, ...) is a
+#: note.  Names as nvidia-smi prints them, the XML tag and the ``-q`` title
+#: lower-cased with spaces as ``_`` (real outputs: tests/fixtures/nvidia/01_...
+#: (``-q -x``, DTD v12) and 03_... (``-q``, 565.57.01)).  Issue 28, item 2.
+HEALTH_SECTIONS = frozenset((
+    "ecc_mode", "ecc_errors", "retired_pages", "remapped_rows",
+    "gpu_recovery_action", "gpu_reset_status",
+    "temperature", "gpu_power_readings", "power_readings", "module_power_readings", "gpu_memory_power_readings",
+    "clocks_event_reasons", "clocks_throttle_reasons",
+    "fb_memory_usage", "bar1_memory_usage", "cc_protected_memory_usage", "conf_compute_protected_memory_usage",
+    "pci", "fabric",
+))
+
+
+def is_health_field(path):
+    """True when a ``-q``/``-q -x`` field path lies under a section in ``HEALTH_SECTIONS``."""
+    first = str(path).split("/", 1)[0].strip().lower().replace(" ", "_")
+    return first in HEALTH_SECTIONS
 
 #: Input limits (docs/DEVELOPING.md "Input limits").  The runner keeps at most
 #: MAX_OUTPUT_BYTES per stream; a captured text gets the same bound here.
@@ -429,6 +452,7 @@ def _new_gpu(index):
         "reset_required": None,
         "drain_and_reset_recommended": None,
         "unknown_error_fields": [],
+        "unknown_error_health_fields": [],
         "lost": False,
     }
 
@@ -503,6 +527,7 @@ def _gpu(index, node, form, header_bus=None):
         if "gpu is lost" in value or "gpu is lost" in child.key.lower():
             lost = True
     gpu["unknown_error_fields"] = unknown
+    gpu["unknown_error_health_fields"] = [path for path in unknown if is_health_field(path)]
     gpu["lost"] = lost
     return gpu
 
@@ -696,30 +721,70 @@ def parse_table(text):
     return result
 
 
-_ROW_FIELDS = (
-    ("name", "persistence_mode", "bus_id", "display_active", "volatile_uncorrectable_ecc"),
-    ("fan", "temperature", "perf", "power_usage", "power_cap", "memory_used", "memory_total", "gpu_util", "compute_mode"),
-    ("mig_mode",),
-)
+#: Table fields whose ERR! is a sensor nvidia-smi could not read on a GPU that
+#: otherwise answers (a fan, the temperature, the power draw or cap); an ERR!
+#: anywhere else (name, bus, memory, utilisation, ECC, MIG) is not a sensor.
+SENSOR_FIELDS = frozenset(("fan", "temperature", "power_usage", "power_cap"))
+
+
+_PAIR_RE = re.compile(r"\s+/\s+")
+
+
+def _split_pair(cell):
+    """``"61W / 400W"`` -> ``("61W", "400W")``; the slash of ``N/A`` has no spaces around it."""
+    parts = _PAIR_RE.split(cell, 1)
+    return (parts[0], parts[1]) if len(parts) == 2 else (cell, "")
 
 
 def _err_fields(line, row):
-    """Which columns of a table row read ``ERR!`` (for the reason text)."""
-    tokens = [t for t in re.split(r"[|/\s]+", line) if t]
-    names = _ROW_FIELDS[row] if row < len(_ROW_FIELDS) else ()
+    """Which fields of a table row read ``ERR!`` (for the reason text).
+
+    Read cell by cell, as nvidia-smi lays the row out (R4xx-R5xx layouts,
+    tests/fixtures/nvidia/): row 0 is ``index name persistence | bus disp |
+    ecc``, row 1 ``fan temp perf power_usage / power_cap | used / total |
+    util compute``, row 2 the MIG mode.  ``N/A`` stays one value (splitting
+    on ``/`` made ``N/A / ERR!`` read as the memory total).
+    """
+    cells = _cells(line)
     fields = []
     if row == 0:
-        cells = _cells(line)
-        if cells and "ERR!" in cells[0]:
-            fields.append("name")
+        if cells:
+            words = cells[0].split()
+            if len(words) >= 2 and words[-1] == "ERR!":
+                fields.append("persistence_mode")
+                words = words[:-1]
+            if "ERR!" in words[1:]:
+                fields.append("name")
+        if len(cells) > 1 and "ERR!" in cells[1].split()[1:]:
+            fields.append("display_active")
         if len(cells) > 2 and "ERR!" in cells[2]:
             fields.append("volatile_uncorrectable_ecc")
         return fields
     if row == 2:
         return ["mig_mode"] if "ERR!" in line else []
-    err_positions = [i for i, token in enumerate(tokens) if token == "ERR!"]
-    for position in err_positions:
-        fields.append(names[position] if position < len(names) else "field_%d" % position)
+    if row != 1:
+        return ["row_%d" % row] if "ERR!" in line else []
+    if cells:
+        left, cap = _split_pair(cells[0])
+        words = left.split()
+        names = ("fan", "temperature", "perf")
+        for position, word in enumerate(words):
+            if word == "ERR!":
+                fields.append("power_usage" if position == len(words) - 1 and len(words) > 3
+                              else names[position] if position < len(names) else "field_%d" % position)
+        if "ERR!" in cap:
+            fields.append("power_cap")
+    if len(cells) > 1:
+        used, total = _split_pair(cells[1])
+        if "ERR!" in used:
+            fields.append("memory_used")
+        if "ERR!" in total:
+            fields.append("memory_total")
+    if len(cells) > 2:
+        words = cells[2].split()
+        for position, word in enumerate(words):
+            if word == "ERR!":
+                fields.append(("gpu_util", "compute_mode")[position] if position < 2 else "field_%d" % position)
     return fields
 
 

@@ -19,6 +19,11 @@ gives the numbers to compare, so ``00000000:3B:00.0`` equals ``PCI:0000:3b:00``.
 
 GPUs are counted by PCI class 0302 (3D controller) or 0300 (VGA) with vendor
 10de.  NVSwitches are class 0680 (bridge) and are never counted as GPUs.
+SR-IOV virtual functions (an RTX PRO 6000 Blackwell Server Edition shows each
+VF as another ``3D controller [0302] ... [10de:2bb5]``, tests/fixtures/pci/)
+are not GPUs either: sysfs marks them with a ``physfn`` link and they are
+skipped; lspci text cannot tell them apart, so ``possible_virtual_functions``
+names the GPU-class functions at a PCI function other than 0.
 
 Public API (shared with other modules, keep stable):
 
@@ -27,8 +32,10 @@ Public API (shared with other modules, keep stable):
 * ``parse_lspci(text)`` -> list of device dicts
   ``{pci_bus_id, class_code, class_name, vendor_id, device_id, description}``
   (``class_code``/``vendor_id``/``device_id`` are 4 lower-case hex digits or None);
-* ``read_sysfs_pci_devices(root='/sys/bus/pci/devices')`` -> the same dicts;
-* ``nvidia_gpus(devices)``, ``nvidia_nvswitches(devices)``, ``count_nvidia_gpus(devices)``.
+* ``read_sysfs_pci_devices(root='/sys/bus/pci/devices')`` -> the same dicts, plus
+  ``virtual_function: True`` and ``physfn`` (its physical function) for an SR-IOV VF;
+* ``nvidia_gpus(devices)``, ``nvidia_nvswitches(devices)``, ``count_nvidia_gpus(devices)``,
+  ``nvidia_virtual_functions(devices)``, ``possible_virtual_functions(devices)``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -256,20 +263,45 @@ def read_sysfs_pci_devices(root="/sys/bus/pci/devices"):
             continue
         path = os.path.join(root, name)
         class_value = _read_hex_file(os.path.join(path, "class"))
-        devices.append(_device(
+        device = _device(
             bus_id,
             class_value[:4] if class_value and len(class_value) >= 4 else class_value,
             None,
             _read_hex_file(os.path.join(path, "vendor")),
             _read_hex_file(os.path.join(path, "device")),
             None,
-        ))
+        )
+        # An SR-IOV virtual function has a "physfn" link to its physical function
+        # (Linux drivers/pci/iov.c, pci_iov_sysfs_link); it is not a GPU of its own.
+        physfn = os.path.join(path, "physfn")
+        if os.path.islink(physfn):
+            device["virtual_function"] = True
+            try:
+                device["physfn"] = normalize_bus_id(os.path.basename(os.readlink(physfn)))
+            except (OSError, PciBusIdError):
+                device["physfn"] = None
+        devices.append(device)
     return devices
 
 
+def possible_virtual_functions(devices):
+    """NVIDIA GPU-class functions that are likely SR-IOV virtual functions although lspci text cannot say so:
+    those at a PCI function other than 0.  A GPU is function 0 of its device (its other functions are audio,
+    USB or UCSI controllers); VFs fill the functions after it (``0001:04:00.2``, ``0000:8c:03.3``, ...).
+    A VF at function 0 of a later device is not caught here, but its siblings are."""
+    return [d for d in nvidia_gpus(devices) if d.get("pci_bus_id") and not d["pci_bus_id"].endswith(".0")]
+
+
 def nvidia_gpus(devices):
-    """NVIDIA GPUs: vendor 10de with class 0302 or 0300 (NVSwitches excluded)."""
-    return [d for d in devices if d.get("vendor_id") == NVIDIA_VENDOR_ID and d.get("class_code") in GPU_CLASS_CODES]
+    """NVIDIA GPUs: vendor 10de with class 0302 or 0300 (NVSwitches and SR-IOV virtual functions excluded)."""
+    return [d for d in devices if d.get("vendor_id") == NVIDIA_VENDOR_ID and d.get("class_code") in GPU_CLASS_CODES
+            and not d.get("virtual_function")]
+
+
+def nvidia_virtual_functions(devices):
+    """NVIDIA GPU-class SR-IOV virtual functions (known only from sysfs: ``physfn``)."""
+    return [d for d in devices if d.get("vendor_id") == NVIDIA_VENDOR_ID and d.get("class_code") in GPU_CLASS_CODES
+            and d.get("virtual_function")]
 
 
 def nvidia_nvswitches(devices):

@@ -19,8 +19,12 @@ NVIDIA's immediate-action buckets map to the collection's actions
 
 Workflow buckets are resolved from the line's text and its neighbours:
 
-* ``WORKFLOW_XID_45`` (45): "caused by previous Xid N" -> ignore, linked to N
-  (``caused_by``), and the verdict follows N; alone -> workflow;
+* ``WORKFLOW_XID_45`` (45): "caused by previous Xid N" (the driver appends it,
+  open-gpu-kernel-modules 595.45.04 src/nvidia/src/kernel/gpu/rc/kernel_rc.c)
+  -> ignore, linked to N (``caused_by``), and the verdict follows N; with no
+  cause named but other Xids on the same GPU, also ignore, linked to the GPU's
+  previous Xid (catalog: "Not Solo: IGNORE (follow other Xid)"; gpu_health
+  links it); alone -> workflow ("Solo: RESTART_FM");
 * ``WORKFLOW_XID_48`` (48): reset_gpu alone, drain and reset with 63/64;
   171/172 are its companions (they follow a 48 of the same GPU);
 * ``WORKFLOW_NVLINK_ERR`` (74): a line that says fatal is at least reset_gpu,
@@ -48,7 +52,8 @@ bus ...") belong to the message above them.  It returns::
 
     events         [{line, timestamp, xid, pci_bus_id, gi, pid, name, message, raw}]
     uuid_map       {pci_bus_id: uuid}         from "NVRM: GPU at PCI:...: GPU-<uuid>"
-    bus_errors     [{line, timestamp, pci_bus_id, kind, raw}]  kind: fallen_off_bus | gpu_lost
+    bus_errors     [{line, timestamp, pci_bus_id, kind, raw, at_probe}]  kind: fallen_off_bus | gpu_lost;
+                   at_probe: printed by the probe of the driver load whose banner follows it
     driver_loads   [line numbers of "NVRM: loading NVIDIA ... Kernel Module"]
     driver_versions [versions named by those lines, same order]
     sxid_events    [{line, timestamp, xid, pci_bus_id, switch, fatal, link, message, raw}]  NVSwitch SXids
@@ -547,8 +552,9 @@ def _records(text, limits):
         records.append((number, timestamp, line, 0))
         attachable = True
         # A journal prints each line of a multi-line message with its own prefix:
-        # keep "The NVIDIA GPU <bus>" open for the next few NVRM lines.
-        open_header = 3 if _OPEN_HEADER_RE.search(line) else 0
+        # keep "The NVIDIA GPU <bus>" open for its two continuation lines (osapi.c prints
+        # exactly three), never for the next message.
+        open_header = 2 if _OPEN_HEADER_RE.search(line) else 0
     return [(number, timestamp, line) for number, timestamp, line, _count in records]
 
 
@@ -620,5 +626,8 @@ def parse_kernel_log(text):
                     where = find_bus_id(after)
                 result["bus_errors"].append({
                     "line": number, "timestamp": timestamp, "pci_bus_id": where, "kind": kind, "raw": line.strip(),
+                    # osapi.c prints "The NVIDIA GPU <bus> (PCI ID: ...) installed in this system has fallen off
+                    # the bus" while the driver probes, before that load's "NVRM: loading" banner (kernel-open/nvidia/nv.c)
+                    "at_probe": "installed in this system has" in line,
                 })
     return result

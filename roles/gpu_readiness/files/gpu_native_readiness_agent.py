@@ -281,7 +281,8 @@ def evaluate_node(config, metrics, now):
     expected = None if expected in (None, "") else int(expected)
     result = evaluate(inputs, expected_gpus=expected, xid_actions=config.get("xid_actions") or {},
                       device_plugin_config=config.get("device_plugin_config") or None,
-                      mig_layout=config.get("mig_layout") or None)
+                      mig_layout=config.get("mig_layout") or None,
+                      sensor_error=config.get("sensor_error") or "fail")
 
     driver_ready = bool(result["driver_reachable"] and (result["nvidia_smi_gpu_count"] or 0) > 0)
     metrics.add("gpu_native_node_driver_ready", int(driver_ready))

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_preflight_role import CAPTURES, Fleet, libcuda, node_object, run_fleet  # noqa: E402,F401  # pylint: disable=unused-import
+from test_preflight_role import CAPTURES, GFD, Fleet, libcuda, node_object, run_fleet  # noqa: E402,F401  # pylint: disable=unused-import
 
 A100_CAPTURE = "a100-sxm4-80gb-mig"
 A100_GFD = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "1",
@@ -32,8 +32,13 @@ def a100_node(allocatable):
     return node
 
 
-def h100_node(gpus):
-    return node_object(allocatable=str(gpus))
+def h100_node(gpus, labels=None):
+    return node_object(allocatable=str(gpus), labels=labels)
+
+
+# What GFD writes on a node time-sliced 4 ways (k8s-device-plugin v0.20.0 internal/lm/resource.go): the product gets
+# -SHARED, gpu.replicas is the replicas, gpu.count stays the physical count.
+SLICED_GFD = dict(GFD, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED", "nvidia.com/gpu.replicas": "4"})
 
 
 def mig_case(folder, name, allocatable):
@@ -53,8 +58,10 @@ def fleet(tmp_path_factory, libcuda):  # noqa: F811
     cases = {
         "mig_mixed": mig_case(folder, "mig_mixed", {"nvidia.com/mig-1g.20gb": "4", "nvidia.com/gpu": "0"}),
         "mig_short": mig_case(folder, "mig_short", {"nvidia.com/mig-1g.20gb": "3", "nvidia.com/gpu": "0"}),
-        "sliced": dict(node=h100_node(32), device_plugin_config_time_slicing_resources=TIME_SLICING, **SKIP),
-        "sliced_short": dict(node=h100_node(8), device_plugin_config_time_slicing_resources=TIME_SLICING, **SKIP),
+        "sliced": dict(node=h100_node(32, SLICED_GFD), device_plugin_config_time_slicing_resources=TIME_SLICING,
+                       **SKIP),
+        "sliced_short": dict(node=h100_node(8, SLICED_GFD), device_plugin_config_time_slicing_resources=TIME_SLICING,
+                             **SKIP),
     }
     result, server = run_fleet(folder, libcuda, cases)
     yield Fleet(result, server, folder)

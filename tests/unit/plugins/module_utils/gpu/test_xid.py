@@ -102,7 +102,7 @@ def test_fallen_off_bus_group_o():
     assert parsed["events"][0]["xid"] == 79 and parsed["events"][0]["pid"] is None
     assert parsed["bus_errors"] == [{
         "line": 2, "timestamp": "74889.644138", "pci_bus_id": "0000:02:00.0", "kind": "fallen_off_bus",
-        "raw": "[74889.644138] NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus."}]
+        "raw": "[74889.644138] NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.", "at_probe": False}]
 
 
 def test_relative_dmesg_prefix_fixture_04():
