@@ -5,14 +5,20 @@
 
 ``compliance_rows``: one row per host and check from the registered results;
 ``compliance_summary``: counts per status and per check, failing items per host;
-``compliance_junit``: JUnit XML; ``compliance_html``: a self-contained HTML page.
+``compliance_junit``: JUnit XML; ``compliance_html``: a self-contained HTML page (no scripts, a
+Content-Security-Policy that lets nothing load or run); ``compliance_report_name``: the report name, refused
+unless it is a plain file name. Statuses other than pass, fail, error, unreachable and skip become ``error``
+rows (never compliant).
 Documentation lives in the ``.yml`` files next to this one.
 """
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import hashlib
 import json
+import re
 from xml.sax.saxutils import escape, quoteattr
 
 from ansible.errors import AnsibleFilterError
@@ -22,6 +28,32 @@ STATUS_ORDER = ("fail", "error", "unreachable", "pass", "skip")
 BAD = ("fail", "error", "unreachable")
 NODE_VAR = "__compliance_node_result"
 MIG_VAR = "__compliance_mig_result"
+# What XML 1.0 allows (section 2.2, Char): a host name or value with ESC, BEL or NUL made the JUnit file
+# unreadable. Everything else is written as \xNN / \uNNNN text, so the reader still sees what was there.
+_NOT_XML_CHAR = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# A report name is a plain file name: compliance_report_name="../x" wrote outside compliance_report_dir.
+_REPORT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
+
+
+def _status(host, check, status, expected, actual):
+    """A row whose status is one of STATUS_ORDER; any other value is an ``error`` row, never a pass."""
+    if isinstance(status, str) and status in STATUS_ORDER:
+        return _row(host, check, status, expected, actual)
+    return _row(host, check, "error", expected,
+                "unknown status %s from the node (allowed: %s); reported: %s"
+                % (_clip(repr(status), 80), ", ".join(STATUS_ORDER), _clip(_text(actual), 400)))
+
+
+def _clip(text, limit):
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _xml_text(value):
+    """``value`` as text with every character XML 1.0 does not allow replaced by its \\x / \\u escape."""
+    def replace(match):
+        code = ord(match.group(0))
+        return "\\x%02x" % code if code < 0x100 else "\\u%04x" % code
+    return _NOT_XML_CHAR.sub(replace, _text(value))
 
 
 def _row(host, check, status, expected=None, actual=None):
@@ -88,8 +120,7 @@ def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR):
 
 
 def _short(value, limit=120):
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return _clip(value if isinstance(value, str) else repr(value), limit)
 
 
 def _normal_row(row, where):
@@ -112,13 +143,11 @@ def _normal_row(row, where):
     if not isinstance(check, str) or not check:
         problems.append("check is %s" % _short(check))
         check = "(malformed)"
-    if not isinstance(status, str) or status not in STATUS_ORDER:
-        problems.append("status is %s (expected one of %s)" % (_short(status), ", ".join(STATUS_ORDER)))
-        status = None
     if problems:
         return _row(host, check, "error", "a check result with check and status",
                     "%s is malformed: %s" % (where, "; ".join(problems)))
-    return _row(host, check, status, row.get("expected"), row.get("actual"))
+    # a status outside STATUS_ORDER becomes an error row naming it, never a pass
+    return _status(host, check, status, row.get("expected"), row.get("actual"))
 
 
 def _check_rows(rows, name):
@@ -129,13 +158,13 @@ def _check_rows(rows, name):
 
 
 def host_status(rows):
-    """``{host: pass|fail|unreachable}`` (errors count as fail)."""
+    """``{host: pass|fail|unreachable}`` (errors and unknown statuses count as fail)."""
     hosts = {}
     for row in rows:
         current = hosts.setdefault(row["host"], "pass")
         if row["status"] == "unreachable":
             hosts[row["host"]] = "unreachable"
-        elif row["status"] in ("fail", "error") and current != "unreachable":
+        elif row["status"] not in ("pass", "skip") and current != "unreachable":
             hosts[row["host"]] = "fail"
     return hosts
 
@@ -147,9 +176,9 @@ def compliance_summary(rows):
     by_check = {}
     failing = {}
     for row in rows:
-        by_status[row["status"]] = by_status.get(row["status"], 0) + 1
+        by_status[row["status"]] += 1
         counts = by_check.setdefault(row["check"], dict((status, 0) for status in STATUS_ORDER))
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        counts[row["status"]] += 1
         if row["status"] in BAD:
             failing.setdefault(row["host"], []).append(
                 {"check": row["check"], "status": row["status"], "expected": row["expected"], "actual": row["actual"]})
@@ -188,44 +217,29 @@ def compliance_junit(rows, suite="gpu_native.fleet compliance"):
     skipped = sum(1 for row in rows if row["status"] == "skip")
     out = ['<?xml version="1.0" encoding="UTF-8"?>',
            '<testsuites name=%s tests="%d" failures="%d" errors="%d" skipped="%d">'
-           % (quoteattr(suite), len(rows), failures, errors, skipped)]
+           % (quoteattr(_xml_text(suite)), len(rows), failures, errors, skipped)]
     for host in hosts:
         mine = [row for row in rows if row["host"] == host]
         out.append('  <testsuite name=%s tests="%d" failures="%d" errors="%d" skipped="%d">' % (
-            quoteattr(host), len(mine), sum(1 for r in mine if r["status"] in ("fail", "unreachable")),
+            quoteattr(_xml_text(host)), len(mine), sum(1 for r in mine if r["status"] in ("fail", "unreachable")),
             sum(1 for r in mine if r["status"] == "error"), sum(1 for r in mine if r["status"] == "skip")))
         for row in mine:
-            head = '    <testcase classname=%s name=%s' % (quoteattr(host), quoteattr(row["check"]))
-            text = "expected: %s\nactual: %s" % (_text(row["expected"]), _text(row["actual"]))
+            head = '    <testcase classname=%s name=%s' % (quoteattr(_xml_text(host)), quoteattr(_xml_text(row["check"])))
+            text = "expected: %s\nactual: %s" % (_xml_text(row["expected"]), _xml_text(row["actual"]))
             if row["status"] == "pass":
                 out.append(head + "/>")
             elif row["status"] == "skip":
-                out.append(head + "><skipped message=%s/></testcase>" % quoteattr(_text(row["actual"])))
+                out.append(head + "><skipped message=%s/></testcase>" % quoteattr(_xml_text(row["actual"])))
             else:
                 tag = "error" if row["status"] == "error" else "failure"
                 out.append(head + "><%s type=%s message=%s>%s</%s></testcase>" % (
-                    tag, quoteattr(row["status"]), quoteattr(_text(row["actual"])[:500]), escape(text), tag))
+                    tag, quoteattr(row["status"]), quoteattr(_xml_text(row["actual"])[:500]), escape(text), tag))
         out.append("  </testsuite>")
     out.append("</testsuites>")
     return "\n".join(out) + "\n"
 
 
 _COLORS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#ef6c00", "unreachable": "#6a1b9a", "skip": "#757575"}
-
-_SCRIPT = """
-document.querySelectorAll('th').forEach(function (th, col) {
-  th.addEventListener('click', function () {
-    var body = th.closest('table').tBodies[0];
-    var asc = th.getAttribute('data-asc') !== '1';
-    th.setAttribute('data-asc', asc ? '1' : '0');
-    Array.prototype.slice.call(body.rows).sort(function (a, b) {
-      var x = a.cells[col].textContent, y = b.cells[col].textContent;
-      return asc ? x.localeCompare(y) : y.localeCompare(x);
-    }).forEach(function (row) { body.appendChild(row); });
-  });
-});
-"""
-
 
 def _svg_chart(counts):
     width, bar_h, gap = 360, 18, 6
@@ -249,22 +263,46 @@ def compliance_html(rows, title="GPU fleet compliance"):
     summary = compliance_summary(rows)
     body = []
     for row in rows:
-        body.append('<tr class="%s"><td>%s</td><td>%s</td><td class="st">%s</td><td>%s</td><td>%s</td></tr>' % (
-            escape(row["status"]), escape(row["host"]), escape(row["check"]), escape(row["status"]),
-            escape(_text(row["expected"])), escape(_text(row["actual"]))))
+        body.append('<tr class=%s><td>%s</td><td>%s</td><td class="st">%s</td><td>%s</td><td>%s</td></tr>' % (
+            quoteattr(row["status"]), escape(_xml_text(row["host"])), escape(_xml_text(row["check"])),
+            escape(row["status"]), escape(_xml_text(row["expected"])), escape(_xml_text(row["actual"]))))
     style = ("body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;font-size:13px}"
-             "th{cursor:pointer;background:#eee}" + "".join(
+             "th{background:#eee}" + "".join(
                  "tr.%s td.st{color:%s;font-weight:bold}" % (s, c) for s, c in sorted(_COLORS.items())))
     return "".join([
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>", escape(title), "</title><style>", style,
-        "</style></head><body><h1>", escape(title), "</h1><p>",
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">",
+        '<meta http-equiv="Content-Security-Policy" content=%s>' % quoteattr(content_security_policy(style)),
+        "<title>", escape(_xml_text(title)), "</title><style>", style,
+        "</style></head><body><h1>", escape(_xml_text(title)), "</h1><p>",
         "%d host(s): %d compliant, %d failed, %d unreachable</p>" % (
             summary["hosts_total"], summary["hosts_compliant"], len(summary["hosts_failed"]),
             len(summary["hosts_unreachable"])),
         _svg_chart(summary["by_status"]),
         "<table><thead><tr><th>host</th><th>check</th><th>status</th><th>expected</th><th>actual</th></tr></thead>"
-        "<tbody>", "".join(body), "</tbody></table><script>", _SCRIPT, "</script></body></html>\n"])
+        "<tbody>", "".join(body), "</tbody></table></body></html>\n"])
+
+
+def content_security_policy(style):
+    """The page's policy: nothing may load or run; only its own <style> block (by hash) applies.
+
+    No script-src: a value that slipped past escaping still cannot run. The inline SVG chart is part of the
+    document, not a loaded image, so it needs no img-src.
+    """
+    digest = base64.b64encode(hashlib.sha256(style.encode("utf-8")).digest()).decode("ascii")
+    return ("default-src 'none'; style-src 'sha256-%s'; img-src 'none'; script-src 'none'; object-src 'none'; "
+            "base-uri 'none'; form-action 'none'" % digest)
+
+
+def compliance_report_name(name):
+    """``name`` when it is a plain file name (letters, digits, ``._-``; no path), else a filter error."""
+    if not isinstance(name, str) or not _REPORT_NAME.match(name):
+        raise AnsibleFilterError(
+            "compliance_report_name=%s is not a plain file name: the reports would be written outside "
+            "compliance_report_dir or not at all. Fix: give a name of letters, digits, '.', '_' and '-' "
+            "(such as compliance-nightly), without '/'; set compliance_report_dir for the folder. "
+            "Nothing was written." % _clip(repr(name), 120))
+    return name
 
 
 class FilterModule(object):
@@ -274,4 +312,5 @@ class FilterModule(object):
             "compliance_summary": compliance_summary,
             "compliance_junit": compliance_junit,
             "compliance_html": compliance_html,
+            "compliance_report_name": compliance_report_name,
         }

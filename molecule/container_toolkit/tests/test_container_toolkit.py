@@ -74,6 +74,19 @@ def test_source_is_signed_by_the_right_key(host):
     assert not host.file("/etc/apt/trusted.gpg").exists
 
 
+def test_toolkit_config_closes_gpu_access_outside_the_device_plugin(host):
+    # The toolkit's own config file, as the package left it after the upgrade to 1.18.1 plus the role's two
+    # top-level keys (issue 26): no GPU from NVIDIA_VISIBLE_DEVICES for unprivileged containers, the device
+    # plugin's volume mounts instead.  Read as TOML, so a key written inside a table would not count.
+    import tomllib  # the controller's Python (3.11+) runs testinfra
+    text = host.file("/etc/nvidia-container-runtime/config.toml").content_string
+    config = tomllib.loads(text)
+    assert config["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False, text
+    assert config["accept-nvidia-visible-devices-as-volume-mounts"] is True, text
+    assert config["nvidia-container-runtime"]["mode"] == "auto"  # the package's tables are still there
+    assert text.count("accept-nvidia-visible-devices-envvar-when-unprivileged") == 1, text
+
+
 def test_unattended_upgrades_blacklist(host):
     dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
     for package in PACKAGES:

@@ -46,7 +46,7 @@ def configmap(api):
 def test_renders_packed_default_and_classes_then_is_idempotent(tmp_path, api):
     role_vars = {
         "device_plugin_config_classes": {
-            "h100-mig": {"mig_strategy": "single"},
+            "h100-mig": {"mig_strategy": "single", "device_list_strategy": "cdi-cri"},
             "t4-shared": {"allocation_policy": "distributed",
                           "time_slicing_resources": [{"name": "nvidia.com/gpu", "replicas": 8}]},
         },
@@ -57,9 +57,12 @@ def test_renders_packed_default_and_classes_then_is_idempotent(tmp_path, api):
     data = configmap(api)["data"]
     assert sorted(data) == ["default", "h100-mig", "t4-shared"]
     default = yaml.safe_load(data["default"])
+    # deviceListStrategy volume-mounts by default, to match container_toolkit's isolation settings (issue 26)
     assert default == {"version": "v1", "flags": {"migStrategy": "none", "failOnInitError": True,
-                                                  "plugin": {"sharedDevicesAllocationPolicy": "packed"}}}
+                                                  "plugin": {"sharedDevicesAllocationPolicy": "packed",
+                                                             "deviceListStrategy": "volume-mounts"}}}
     assert yaml.safe_load(data["h100-mig"])["flags"]["migStrategy"] == "single"
+    assert yaml.safe_load(data["h100-mig"])["flags"]["plugin"]["deviceListStrategy"] == "cdi-cri"
     shared = yaml.safe_load(data["t4-shared"])
     assert shared["flags"]["plugin"]["sharedDevicesAllocationPolicy"] == "distributed"
     assert shared["sharing"] == {"timeSlicing": {"renameByDefault": False,
@@ -83,6 +86,10 @@ def test_check_mode_writes_nothing(tmp_path, api):
     ({"device_plugin_config_allocation_policy": "balanced"}, "value of device_plugin_config_allocation_policy must be one of: packed, distributed"),
     ({"device_plugin_config_classes": {"a": {"allocation_policy": "spread"}}}, "sharedDevicesAllocationPolicy spread must be packed or distributed"),
     ({"device_plugin_config_classes": {"a": {"mig_strategy": "all"}}}, "migStrategy all must be none, single or mixed"),
+    ({"device_plugin_config_device_list_strategy": "env"},
+     "value of device_plugin_config_device_list_strategy must be one of: volume-mounts, envvar, cdi-cri, cdi-annotations"),
+    ({"device_plugin_config_classes": {"a": {"device_list_strategy": "mounts"}}},
+     "deviceListStrategy mounts must be one of volume-mounts, envvar, cdi-cri, cdi-annotations"),
     ({"device_plugin_config_classes": {"a": {"sharing_typo": 1}}}, "device_plugin_config_classes.a: unknown keys sharing_typo"),
     ({"device_plugin_config_time_slicing_resources": [{"name": "nvidia.com/gpu", "replicas": 0}]}, "replicas >= 1"),
     ({"device_plugin_config_time_slicing_resources": [{"name": "$invalid$", "replicas": 2}]}, "needs a name such as nvidia.com/gpu"),

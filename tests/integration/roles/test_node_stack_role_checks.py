@@ -220,7 +220,11 @@ def test_validate_and_resolve_change_nothing():
 
 
 TOOLKIT_VALIDATE_CASES = {
-    "default": ({}, None),
+    # NVIDIA publishes no fingerprint for its libnvidia-container key: the default source refuses until one is pinned
+    "default_unpinned": ({}, ["container_toolkit_source=nvidia", "container_toolkit_repo_key_fingerprint is not set",
+                              "NVIDIA publishes no fingerprint", "Nothing was changed"]),
+    "default": ({"container_toolkit_repo_key_fingerprint": "0123456789ABCDEF0123456789ABCDEF01234567"}, None),
+    "nvidia_with_own_key": ({"container_toolkit_repo_key_content": "-----BEGIN PGP PUBLIC KEY BLOCK-----"}, None),
     "short_version": ({"container_toolkit_version": "1.17"}, ["container_toolkit_version=1.17 is not an exact package version"]),
     "upstream_only": ({"container_toolkit_version": "1.17.8"}, ["container_toolkit_version=1.17.8", "such as 1.17.8-1"]),
     "mirror_without_key": ({"container_toolkit_source": "mirror", "container_toolkit_mirror_url": "https://m.example/deb/$(ARCH)"},

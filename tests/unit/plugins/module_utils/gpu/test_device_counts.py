@@ -22,7 +22,7 @@ def mig(count):
 def rendered_config(**settings):
     """The config roles/device_plugin_config renders for these class settings (its own template)."""
     values = {"mig_strategy": "none", "fail_on_init_error": True, "allocation_policy": "packed",
-              "time_slicing_resources": [], "time_slicing_rename_by_default": False}
+              "device_list_strategy": "volume-mounts", "time_slicing_resources": [], "time_slicing_rename_by_default": False}
     values.update(settings)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters["to_json"] = json.dumps
@@ -30,6 +30,13 @@ def rendered_config(**settings):
     with open(os.path.join(REPO, "roles", "device_plugin_config", "templates", "config.yaml.j2")) as handle:
         template = env.from_string(handle.read())
     return yaml.safe_load(template.render(__device_plugin_config_class=values))
+
+
+def test_device_list_strategy_is_rendered_where_the_plugin_reads_it():
+    # flags.plugin.deviceListStrategy (NVIDIA/k8s-device-plugin api/config/v1/flags.go); volume-mounts matches
+    # container_toolkit's accept-nvidia-visible-devices-as-volume-mounts (issue 26)
+    assert rendered_config()["flags"]["plugin"]["deviceListStrategy"] == "volume-mounts"
+    assert rendered_config(device_list_strategy="cdi-cri")["flags"]["plugin"]["deviceListStrategy"] == "cdi-cri"
 
 
 def fixture_12_block(tag):
