@@ -108,8 +108,8 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
         details["gfd_labels"] = dict((key, value) for key, (value, _how) in gfd_labels.items())
         details["gfd_notes"] = gfd_notes
     if computed is not None:
-        computed = dict((key, value) for key, value in computed.items() if key not in ("plugin_config", "gpus",
-                                                                                        "mig_layout"))
+        internal = ("plugin_config", "gpus", "mig_layout")
+        computed = dict((key, value) for key, value in computed.items() if key not in internal)
         details["counting"] = computed
     details["expected_from"] = basis
     return {"status": status, "reasons": reasons, "details": details}

@@ -123,7 +123,7 @@ options:
   sensor_error:
     description:
       - What an C(ERR!) in a sensor field alone does in the C(nvidia-smi) table (the fan, the temperature, the power
-        draw or the power cap, on a GPU whose name and memory still read): V(fail) makes the GPU unhealthy, V(warn)
+        draw or the power cap, on a GPU whose name and memory still read) - V(fail) makes the GPU unhealthy, V(warn)
         reports it in RV(gpus[].notes) only.
       - An C(ERR!) in any other field (name, memory, utilisation, ECC, MIG mode), an all-C(ERR!) row, or a device
         handle error (C(Unable to determine the device handle)) makes the GPU unhealthy whatever this says.

@@ -421,10 +421,10 @@ def gfd_expected_labels(product, gpus, config, mig_layout=None):
     if strategy == "single" and mig:
         if full or any(not gpu.get("mig_devices") for gpu in mig) or len(profiles) > 1:
             product_value, count = model + "-MIG-INVALID", 0
+            refusal = (" and the device plugin refuses to start (all devices must have the same migEnabled value)"
+                       if full else "")
             notes.append("migStrategy single needs every GPU in MIG mode with one profile and no empty GPU: GFD "
-                         "labels the node %s-MIG-INVALID%s" % (model, " and the device plugin refuses to start (all "
-                                                                     "devices must have the same migEnabled value)"
-                                                               if full else ""))
+                         "labels the node %s-MIG-INVALID%s" % (model, refusal))
         else:
             count = sum(int(gpu.get("mig_devices") or 0) for gpu in mig)
             if profiles:

@@ -228,8 +228,8 @@ def _test_summary(test):
         raise DcgmParseError("the test_summary of test %r is not an object" % test.get("name"))
     status = _status(summary.get("status"))
     if status is None:
-        raise DcgmParseError("the test_summary of test %r has the unknown status %r" % (test.get("name"),
-                                                                                       summary.get("status")))
+        raise DcgmParseError("the test_summary of test %r has the unknown status %r"
+                             % (test.get("name"), summary.get("status")))
     texts = [text for text, _eid in _messages(summary.get("warnings"))] or \
         [text for text, _eid in _messages(summary.get("info"))]
     return {"status": status, "message": "; ".join(texts)}

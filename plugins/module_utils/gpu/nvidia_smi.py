@@ -116,6 +116,7 @@ def is_health_field(path):
     first = str(path).split("/", 1)[0].strip().lower().replace(" ", "_")
     return first in HEALTH_SECTIONS
 
+
 #: Input limits (docs/DEVELOPING.md "Input limits").  The runner keeps at most
 #: MAX_OUTPUT_BYTES per stream; a captured text gets the same bound here.
 MAX_INPUT_CHARS = MAX_OUTPUT_BYTES
