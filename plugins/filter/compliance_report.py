@@ -143,6 +143,8 @@ def _normal_row(row, where):
     if not isinstance(check, str) or not check:
         problems.append("check is %s" % _short(check))
         check = "(malformed)"
+    if not isinstance(status, str):
+        problems.append("status is %s (expected one of %s)" % (_short(status), ", ".join(STATUS_ORDER)))
     if problems:
         return _row(host, check, "error", "a check result with check and status",
                     "%s is malformed: %s" % (where, "; ".join(problems)))
