@@ -243,6 +243,7 @@ def compliance_junit(rows, suite="gpu_native.fleet compliance"):
 
 _COLORS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#ef6c00", "unreachable": "#6a1b9a", "skip": "#757575"}
 
+
 def _svg_chart(counts):
     width, bar_h, gap = 360, 18, 6
     total = max([1] + list(counts.values()))

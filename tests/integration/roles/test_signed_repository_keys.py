@@ -188,7 +188,7 @@ def test_right_fingerprint_installs_and_the_next_run_does_not_fetch(tmp_path, ke
     # The published key is gone: a run that fetched it would fail.  The installed key has the pinned
     # fingerprint, so nothing is fetched and nothing changes.
     source.unlink()
-    again, _ = _run(tmp_path, tasks_from="key", **role_vars)
+    again = _run(tmp_path, tasks_from="key", **role_vars)[0]
     assert again.returncode == 0, again.stdout
     assert _recap(again)["changed"] == "0", again.stdout
     assert re.search(r"Download the key to the scratch folder\] \*+\nskipping", again.stdout), again.stdout
@@ -199,8 +199,8 @@ def test_installed_key_with_another_fingerprint_is_replaced_after_the_check(tmp_
     keyring = tmp_path / "root" / "keyrings" / "gpu-native-test.asc"
     keyring.parent.mkdir(parents=True)
     shutil.copy(keys["paths"]["other"], str(keyring))
-    result, _ = _run(tmp_path, tasks_from="key", signed_repository_key_url="file://" + keys["paths"]["good"],
-                     signed_repository_key_fingerprint=keys["good_fpr"])
+    result = _run(tmp_path, tasks_from="key", signed_repository_key_url="file://" + keys["paths"]["good"],
+                  signed_repository_key_fingerprint=keys["good_fpr"])[0]
     assert result.returncode == 0, result.stdout
     assert keyring.read_text() == keys["good"]
 
