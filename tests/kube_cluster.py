@@ -72,10 +72,18 @@ def bin_dir():
     return os.path.join(os.environ.get("KUBE_CACHE") or DEFAULT_CACHE, kube_version(), "bin")
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_ports(count):
+    """`count` distinct loopback ports that were free a moment ago (all held at once while picked)."""
+    sockets = []
+    try:
+        for dummy in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 # --- certificates ------------------------------------------------------------------------------
@@ -262,7 +270,7 @@ class ControlPlane:
                 break
             except ControlPlaneError as exc:
                 self._stop_processes()
-                # a free port can be taken by another process between free_port() and the bind: retry
+                # a free port can be taken by another process between free_ports() and the bind: retry
                 if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
                     self.stop()
                     raise
@@ -276,7 +284,7 @@ class ControlPlane:
     def _start(self):
         d = self.directory
         self.pki = pki = _PKI(d)
-        api_port, etcd_port, peer_port, kcm_port, sched_port = (free_port() for _ in range(5))
+        api_port, etcd_port, peer_port, kcm_port, sched_port = free_ports(5)
         self.ports = {"kube-apiserver": api_port, "etcd": etcd_port, "etcd-peer": peer_port,
                       "kube-controller-manager": kcm_port, "kube-scheduler": sched_port}
         self.url = "https://127.0.0.1:%d" % api_port
