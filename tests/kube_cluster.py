@@ -72,10 +72,18 @@ def bin_dir():
     return os.path.join(os.environ.get("KUBE_CACHE") or DEFAULT_CACHE, kube_version(), "bin")
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_ports(count):
+    """`count` distinct loopback ports that were free a moment ago (all held at once while picked)."""
+    sockets = []
+    try:
+        for dummy in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 # --- certificates ------------------------------------------------------------------------------
@@ -210,6 +218,17 @@ class ControlPlane:
         os.chmod(path, 0o600)
         return path
 
+    def _client_component_flags(self, name, cert, port, serving):
+        """The flags the controller-manager and the scheduler share: their kubeconfig (for the API, and to
+        authenticate and authorize their own callers), their serving certificate on 127.0.0.1:`port`."""
+        kubeconfig = self._component_kubeconfig(name, cert)
+        return ["--kubeconfig=" + kubeconfig, "--authentication-kubeconfig=" + kubeconfig,
+                "--authorization-kubeconfig=" + kubeconfig,
+                "--bind-address=127.0.0.1", "--secure-port=%d" % port,
+                "--tls-cert-file=" + serving[0], "--tls-private-key-file=" + serving[1],
+                "--client-ca-file=" + self.pki.ca_path, "--requestheader-client-ca-file=" + self.pki.ca_path,
+                "--leader-elect=false", "-v=1"]
+
     def _spawn(self, name, args):
         log_path = os.path.join(self.directory, name + ".log")
         with open(log_path, "ab") as log:
@@ -262,7 +281,7 @@ class ControlPlane:
                 break
             except ControlPlaneError as exc:
                 self._stop_processes()
-                # a free port can be taken by another process between free_port() and the bind: retry
+                # a free port can be taken by another process between free_ports() and the bind: retry
                 if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
                     self.stop()
                     raise
@@ -276,7 +295,7 @@ class ControlPlane:
     def _start(self):
         d = self.directory
         self.pki = pki = _PKI(d)
-        api_port, etcd_port, peer_port, kcm_port, sched_port = (free_port() for _ in range(5))
+        api_port, etcd_port, peer_port, kcm_port, sched_port = free_ports(5)
         self.ports = {"kube-apiserver": api_port, "etcd": etcd_port, "etcd-peer": peer_port,
                       "kube-controller-manager": kcm_port, "kube-scheduler": sched_port}
         self.url = "https://127.0.0.1:%d" % api_port
@@ -328,26 +347,13 @@ class ControlPlane:
             handle.write(kubeconfig_text(self.url, pki.ca_path, cert=admin))
         os.chmod(self.kubeconfig, 0o600)
 
-        kcm_kubeconfig = self._component_kubeconfig("controller-manager", kcm)
-        self._spawn("kube-controller-manager", [
-            "--kubeconfig=" + kcm_kubeconfig, "--authentication-kubeconfig=" + kcm_kubeconfig,
-            "--authorization-kubeconfig=" + kcm_kubeconfig,
-            "--bind-address=127.0.0.1", "--secure-port=%d" % kcm_port,
-            "--tls-cert-file=" + kcm_serving[0], "--tls-private-key-file=" + kcm_serving[1],
-            "--client-ca-file=" + pki.ca_path, "--requestheader-client-ca-file=" + pki.ca_path,
+        self._spawn("kube-controller-manager", self._client_component_flags("controller-manager", kcm, kcm_port,
+                                                                             kcm_serving) + [
             "--cluster-signing-cert-file=" + pki.ca_path, "--cluster-signing-key-file=" + pki.ca_key_path,
             "--controllers=*,bootstrapsigner,tokencleaner",  # kubeadm's: every default controller
             "--root-ca-file=" + pki.ca_path, "--service-account-private-key-file=" + sa_key,
-            "--use-service-account-credentials=true", "--service-cluster-ip-range=" + SERVICE_CIDR,
-            "--leader-elect=false", "-v=1"])
-        sched_kubeconfig = self._component_kubeconfig("scheduler", sched)
-        self._spawn("kube-scheduler", [
-            "--kubeconfig=" + sched_kubeconfig, "--authentication-kubeconfig=" + sched_kubeconfig,
-            "--authorization-kubeconfig=" + sched_kubeconfig,
-            "--bind-address=127.0.0.1", "--secure-port=%d" % sched_port,
-            "--tls-cert-file=" + sched_serving[0], "--tls-private-key-file=" + sched_serving[1],
-            "--client-ca-file=" + pki.ca_path, "--requestheader-client-ca-file=" + pki.ca_path,
-            "--leader-elect=false", "-v=1"])
+            "--use-service-account-credentials=true", "--service-cluster-ip-range=" + SERVICE_CIDR])
+        self._spawn("kube-scheduler", self._client_component_flags("scheduler", sched, sched_port, sched_serving))
         self._wait_healthy("kube-controller-manager", "https://127.0.0.1:%d/healthz" % kcm_port)
         self._wait_healthy("kube-scheduler", "https://127.0.0.1:%d/readyz" % sched_port)
 
