@@ -347,8 +347,8 @@ class ControlPlane:
             handle.write(kubeconfig_text(self.url, pki.ca_path, cert=admin))
         os.chmod(self.kubeconfig, 0o600)
 
-        self._spawn("kube-controller-manager", self._client_component_flags("controller-manager", kcm, kcm_port,
-                                                                             kcm_serving) + [
+        kcm_flags = self._client_component_flags("controller-manager", kcm, kcm_port, kcm_serving)
+        self._spawn("kube-controller-manager", kcm_flags + [
             "--cluster-signing-cert-file=" + pki.ca_path, "--cluster-signing-key-file=" + pki.ca_key_path,
             "--controllers=*,bootstrapsigner,tokencleaner",  # kubeadm's: every default controller
             "--root-ca-file=" + pki.ca_path, "--service-account-private-key-file=" + sa_key,
