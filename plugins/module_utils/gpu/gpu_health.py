@@ -468,12 +468,18 @@ def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons
     listed = [{"mig_enabled": g.mig_enabled, "mig_devices": g.mig_device_count}
               for g in gpus.all() if g.seen_by_nvidia_smi]
     if gpu_count is not None and gpu_count > len(listed):
-        listed += [{"mig_enabled": False, "mig_devices": 0}] * (gpu_count - len(listed))
+        # counted by nvidia-smi (attached_gpus) but not described: MIG mode unknown
+        listed += [{"mig_enabled": None, "mig_devices": 0}] * (gpu_count - len(listed))
     try:
         expectation = expected_resources(config, listed, mig_layout)
     except DeviceCountError as exc:
         raise GpuHealthError(str(exc))
     notes.extend(expectation["notes"])
+    if expectation.get("refused"):
+        checks["device_plugin_count_matches"] = False
+        reasons.append(expectation["refused"] + ".")
+        return [{"resource": GPU_RESOURCE, "expected": None, "actual": (actual or {}).get(GPU_RESOURCE), "matches": False,
+                 "why_refused": expectation["refused"]}]
     if actual is None:
         return [{"resource": name, "expected": count, "actual": None, "matches": None}
                 for name, count in sorted(expectation["expected"].items())]
