@@ -178,6 +178,23 @@ def _shown(paths, limit=6):
     return ", ".join(paths[:limit]) + (" and %d more" % (len(paths) - limit) if len(paths) > limit else "")
 
 
+def _power_brake_note(data, source):
+    """A note when ``HW Power Brake Slowdown`` is active (a note, not a problem: the GPU itself is healthy).
+
+    NVML (nvmlClocksEventReasons, "HW Power Brake Slowdown (reducing the core clocks by a factor of 2 or more) is
+    engaged"; DCGM's field constants name the cause: "External Power Brake Assertion is triggered (e.g. by the
+    system power supply)") - the brake comes from the system (PSU, BMC), not from load, so on an idle GPU it says
+    the clocks will stay low when work arrives."""
+    active = data.get("clocks_event_reasons_active") or []
+    if "hw_power_brake_slowdown" not in active:
+        return None
+    idle = "idle" in active or data.get("utilization_gpu_pct") == 0
+    return ("nvidia-smi %s: HW Power Brake Slowdown is active%s (Clocks Event Reasons): the system (power supply or "
+            "BMC) asserts the external power brake, which cuts the clocks by half or more; bandwidth, DCGM and "
+            "performance gates will fail until it clears. Fix: check the node's power supplies and the BMC event "
+            "log" % (source, " on an idle GPU" if idle else ""))
+
+
 def _apply_query(gpus, report, source):
     for position, data in enumerate(report["gpus"]):
         gpu = gpus.get(data["pci_bus_id"])
@@ -201,6 +218,9 @@ def _apply_query(gpus, report, source):
         if informational:
             gpu.notes.append("nvidia-smi %s informational fields read 'Unknown Error' (%s): not a health signal"
                              % (source, _shown(informational)))
+        brake = _power_brake_note(data, source)
+        if brake:
+            gpu.notes.append(brake)
         remapped = data.get("remapped_rows")
         if remapped:
             if remapped.get("pending"):
