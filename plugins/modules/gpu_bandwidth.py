@@ -99,7 +99,7 @@ options:
       nvidia_smi:
         description:
           - What C(nvidia-smi --query-gpu=name --format=csv,noheader) printed on the node, one GPU a line.
-          - Read when the nvbandwidth output lists no GPUs (v0.10 prints no C(Device) lines) or O(product) is empty:
+          - Read when the nvbandwidth output lists no GPUs (v0.10 prints no C(Device) lines) or O(product) is empty;
             it gives the model and the GPU count.
         type: str
   fail_on_failure:
