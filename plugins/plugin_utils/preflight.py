@@ -423,8 +423,9 @@ def gfd_expected_labels(product, gpus, config, mig_layout=None):
     if strategy == "single" and mig:
         if full or any(not gpu.get("mig_devices") for gpu in mig) or len(profiles) > 1:
             product_value, count = model + "-MIG-INVALID", 0
+            # padded GPUs (nvidia-smi counts them, does not describe them) have mig_enabled None: not known to be off
             refusal = (" and the device plugin refuses to start (all devices must have the same migEnabled value)"
-                       if full else "")
+                       if any(gpu.get("mig_enabled") is False for gpu in full) else "")
             notes.append("migStrategy single needs every GPU in MIG mode with one profile and no empty GPU: GFD "
                          "labels the node %s-MIG-INVALID%s" % (model, refusal))
         else:
