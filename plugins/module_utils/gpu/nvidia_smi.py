@@ -118,7 +118,7 @@ _CLOCKS_EVENT_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 
 
 def _clocks_event_reasons(node):
-    """The reasons that read ``Active`` (``idle``, ``hw_slowdown``, ``hw_power_brake_slowdown`` ...), in order."""
+    """The reasons that read ``Active`` (``idle``, ``hw_slowdown``, ``hw_power_brake_slowdown`` ...), sorted."""
     active = []
     for path, child in node.walk():
         section = path.split("/", 1)[0].strip().lower().replace(" ", "_")
