@@ -67,6 +67,7 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
                                  "got %r" % (expected,))
     node = to_plain(node)
     unknown = {}
+    refused = None
     basis = None
     computed = None
     facts = to_plain(facts or {})
@@ -95,6 +96,7 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
         basis = "preflight_expected_resources"
     elif computed is not None:
         expected, unknown, basis = computed["expected"], computed["unknown"], computed["basis"]
+        refused = computed.get("refused")
     pods = to_plain(pods or [])
     if not isinstance(pods, list) or not all(isinstance(pod, dict) for pod in pods):
         raise AnsibleFilterError("preflight_kubernetes_gate: pods must be a list of pod objects (k8s_info resources), "
@@ -103,7 +105,7 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
                                      ", ".join(sorted(set(type(p).__name__ for p in pods if not isinstance(p, dict))))))
     status, reasons, details = preflight.kubernetes_gate(node, pods, expected,
                                                          facts, unknown=unknown, basis=basis,
-                                                         gfd_labels=gfd_labels)
+                                                         gfd_labels=gfd_labels, refused=refused)
     if gfd_labels is not None:
         details["gfd_labels"] = dict((key, value) for key, (value, _how) in gfd_labels.items())
         details["gfd_notes"] = gfd_notes

@@ -23,7 +23,8 @@ description:
     or hang costs that child only; the module reports it and goes on.
   - "A failure names the CUDA call and C(cuGetErrorName)'s text (C(cuModuleLoadData failed:
     CUDA_ERROR_INVALID_PTX (218)))."
-  - "Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?)."
+  - "Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?); with
+    O(fail_on_failure=false) it returns RV(passed=false) with that reason instead."
   - The kernel only computes; the module changes nothing and runs in check mode too.
 options:
   nvidia_smi:
@@ -145,7 +146,10 @@ def main():
     try:
         cuda_smoke.check_library(params["library"])
     except cuda_smoke.LibraryMissing as exc:
-        module.fail_json(msg=str(exc), passed=False, devices=[], reasons=[str(exc)])
+        # a verdict like any other failed device: fail_on_failure decides, as llm_smoke does for connection errors
+        if params["fail_on_failure"]:
+            module.fail_json(msg=str(exc), passed=False, devices=[], reasons=[str(exc)])
+        module.exit_json(changed=False, passed=False, devices=[], reasons=[str(exc)])
     notes = []
     targets = _targets(module, tools, notes)
     devices = []

@@ -71,7 +71,8 @@ options:
   product:
     description:
       - The GPU model as C(nvidia-smi) prints it (for example V(NVIDIA H100 80GB HBM3)), used to pick the
-        threshold. Empty takes the one model the output lists, else asks C(nvidia-smi --query-gpu=name) (live).
+        threshold. Empty takes the one model the output lists, else asks C(nvidia-smi --query-gpu=name) (live, or
+        O(captured.nvidia_smi)); nvbandwidth v0.10 lists no GPUs, so the model and the GPU count come from there.
     type: str
   thresholds:
     description:
@@ -94,6 +95,12 @@ options:
     suboptions:
       nvbandwidth:
         description: What C(nvbandwidth -t ...) printed, text or JSON (told apart by the first character).
+        type: str
+      nvidia_smi:
+        description:
+          - What C(nvidia-smi --query-gpu=name --format=csv,noheader) printed on the node, one GPU a line.
+          - Read when the nvbandwidth output lists no GPUs (v0.10 prints no C(Device) lines) or O(product) is empty;
+            it gives the model and the GPU count.
         type: str
   fail_on_failure:
     description: Fail the task when RV(status) is V(fail). With V(false) the verdict is only returned.
@@ -193,14 +200,16 @@ worst:
   type: dict
   sample: {"testcase": "device_to_device_memcpy_read_ce", "from_gpu": 1, "to_gpu": 0, "gbps": 162.45}
 testcases:
-  description: Per requested testcase, its status, the matrix description, the lowest and highest pair and counts.
+  description: Per requested testcase, its status, the matrix description, the lowest and highest pair, counts and
+    the C(coefficient_of_variation) nvbandwidth prints from v0.9 on (null before).
   returned: always
   type: list
   elements: dict
   sample: [{"name": "device_to_device_memcpy_read_ce", "status": "ran", "min_gbps": 370.26, "max_gbps": 372.96,
-            "pairs": 56, "failed_pairs": 0, "description": "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"}]
+            "pairs": 56, "failed_pairs": 0, "description": "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
+            "coefficient_of_variation": 0.0}]
 gpu_count:
-  description: GPUs the output lists (null when it lists none).
+  description: GPUs the output lists, else the GPUs nvidia-smi lists (nvbandwidth v0.10 lists none); null when neither.
   returned: always
   type: int
   sample: 8
@@ -246,15 +255,18 @@ def _skip_or_fail(out, reason, required):
     return out
 
 
-def _query_product(tools):
-    """One model name from ``nvidia-smi --query-gpu=name`` (live), or ``(None, why)``."""
-    result = tools.run("nvidia-smi", ["--query-gpu=name", "--format=csv,noheader"])
+def _query_gpus(tools):
+    """``(model, count, why)`` from ``nvidia-smi --query-gpu=name`` (live, or captured.nvidia_smi).
+
+    ``model`` is None (``why`` says why) unless every GPU is of one model; ``count`` is the GPUs listed."""
+    result = tools.run("nvidia-smi", ["--query-gpu=name", "--format=csv,noheader"], capture_key="nvidia_smi")
     if not result.ok:
-        return None, result.message
-    names = sorted(set(line.strip() for line in result.stdout.splitlines() if line.strip()))
+        return None, None, result.message
+    listed = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    names = sorted(set(listed))
     if len(names) != 1:
-        return None, "nvidia-smi names %s" % (", ".join(names) or "no GPU")
-    return names[0], None
+        return None, len(listed) or None, "nvidia-smi names %s" % (", ".join(names) or "no GPU")
+    return names[0], len(listed), None
 
 
 def evaluate(result, testcases, product=None, overrides=None, required=False, tools=None):
@@ -285,12 +297,17 @@ def evaluate(result, testcases, product=None, overrides=None, required=False, to
                                                         cause or "no message")]
         return out
     chosen, why = nvb.product_of(parsed, product)
-    if chosen is None and tools is not None and tools.source == "live":
-        chosen, nvidia_smi_why = _query_product(tools)
+    gpu_count = None
+    # nvbandwidth v0.10 lists no GPUs (no "Device N:" lines): nvidia-smi names the model and counts them
+    if (chosen is None or not parsed["devices"]) and tools is not None and (
+            tools.source == "live" or (tools.captured or {}).get("nvidia_smi") is not None):
+        model, gpu_count, nvidia_smi_why = _query_gpus(tools)
         if chosen is None:
-            why = "%s; %s" % (why, nvidia_smi_why)
+            chosen = model
+            if model is None:
+                why = "%s; %s" % (why, nvidia_smi_why)
     threshold, no_threshold = nvb.threshold_for(chosen, overrides) if chosen else (None, why)
-    verdict = nvb.judge(parsed, testcases, threshold, no_threshold, required=required)
+    verdict = nvb.judge(parsed, testcases, threshold, no_threshold, required=required, gpu_count=gpu_count)
     out.update(verdict)
     out["product"] = chosen
     out["threshold"] = threshold
@@ -314,7 +331,7 @@ def main():
         product=dict(type="str"),
         thresholds=dict(type="dict", default={}),
         required=dict(type="bool", default=False),
-        captured=dict(type="dict", options=dict(nvbandwidth=dict(type="str"))),
+        captured=dict(type="dict", options=dict(nvbandwidth=dict(type="str"), nvidia_smi=dict(type="str"))),
         fail_on_failure=dict(type="bool", default=True),
         run_in_check_mode=dict(type="bool", default=True),
     )

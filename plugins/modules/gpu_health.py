@@ -359,7 +359,9 @@ xid_events:
             "description": "GSP RPC timeout", "pids": [2710030], "processes": ["nvidia-smi"]}]
 device_plugin_resources:
   description: Per resource, the expected and actual device-plugin counts (empty without O(device_plugin_config) or
-    O(mig_layout)); C(expected) is null when it cannot be computed (C(why_unknown) says why).
+    O(mig_layout)); C(expected) is null when it cannot be computed (C(why_unknown) says why), or when the device
+    plugin refuses to start with this config on these GPUs (C(matches) false, C(why_refused) says why; under
+    C(migStrategy=single) with MIG on some GPUs and off on others).
   returned: always
   type: list
   elements: dict

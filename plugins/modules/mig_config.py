@@ -81,6 +81,9 @@ options:
       - Additions or overrides to the MIG geometry, keyed by model name. A known model is merged key by key and
         profile by profile; a new model needs C(slices), C(memory_slots), C(device_ids) and C(profiles).
       - "A profile is C({id, starts, size}) with optional C(slices), C(memory_gib), C(media_extensions)."
+      - A model may say where its C(memory_gib) figures come from, C(memory_source) (C(capture) or C(derived)), with a
+        C(memory_note); the built-in B200, H100 NVL, H200 and A30 figures are C(derived) (the MIG user guide gives
+        fractions of memory, not GiB).
       - "Checked with the schema the built-in table passes (types, unknown keys, start + size within the slots),
         and bounded: at most 32 memory slots and 32 slices per model, 64 models, 64 profiles per model.
         A placement search that needs more than 100000 steps reports C(search limit reached) as invalid."

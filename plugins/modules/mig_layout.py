@@ -173,7 +173,8 @@ resources:
   description:
     - The extended resources the NVIDIA device plugin should advertise for the layout with O(mig_strategy)
       (V(mixed) - C(nvidia.com/mig-<profile>) and C(nvidia.com/gpu) for GPUs without MIG; V(single) -
-      C(nvidia.com/gpu) per instance); null for other strategies.
+      C(nvidia.com/gpu) per instance); null for other strategies, and under V(single) for a layout with MIG on
+      some GPUs and off on others (the device plugin refuses to start there; a warning says so).
   returned: always
   type: dict
   sample: {"nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-4g.40gb": "2"}
@@ -202,7 +203,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_node impo
     plan_node,
     step_text,
 )
-from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_plan import expected_resources
+from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_plan import expected_resources, single_strategy_refusal
 
 
 def _fail(module, tools, exc, **extra):
@@ -309,6 +310,10 @@ def main():
         _fail(module, tools, exc)
     plan = found["plan"]
     gpus = found["gpus"]
+    if params["mig_strategy"] == "single":
+        refused = single_strategy_refusal(found["evaluation"]["configs"][params["select"]])
+        if refused:
+            module.warn(refused)
     result = dict(changed=bool(plan), plan=plan, drift=found["drift"], gpus=gpus, changed_gpus=[], steps=[],
                   reboot_required=False, pending_gpus=[],
                   resources=expected_resources(found["evaluation"]["configs"][params["select"]], params["mig_strategy"]))

@@ -308,8 +308,9 @@ def expected_allocatable(gpus=None, gpu_count=None, plugin_settings=None, mig_st
     cannot name them) the MIG devices are counted as one total over every
     ``nvidia.com/mig-*`` resource.
 
-    Returns ``{expected, unknown, notes, strategy, config, basis}``:
-    ``basis`` is a short text saying how the counts were made.
+    Returns ``{expected, unknown, refused, notes, strategy, config, basis}``:
+    ``basis`` is a short text saying how the counts were made; ``refused`` says why
+    the device plugin cannot start with this config on these GPUs (no count is then expected).
     """
     listed = []
     for position, gpu in enumerate(gpus or []):
@@ -321,7 +322,7 @@ def expected_allocatable(gpus=None, gpu_count=None, plugin_settings=None, mig_st
                        "mig_devices": _count(gpu.get("mig_devices") or 0, "gpus[%d].mig_devices" % position)})
     gpu_count = _count(gpu_count, "gpu_count")
     if gpu_count is not None and gpu_count > len(listed):
-        listed += [{"mig_enabled": False, "mig_devices": 0}] * (gpu_count - len(listed))
+        listed += [{"mig_enabled": None, "mig_devices": 0}] * (gpu_count - len(listed))
     if not listed:
         return {"expected": {}, "unknown": {}, "strategy": None, "config": None, "basis": "no GPU facts",
                 "notes": ["no GPU facts (the hardware gate did not run): allocatable is not compared"]}
@@ -360,7 +361,8 @@ def expected_allocatable(gpus=None, gpu_count=None, plugin_settings=None, mig_st
     if config and config.get("sharing"):
         parts.append("time-slicing")
     parts.append("device plugin config %s" % chosen if chosen else "the plugin's defaults")
-    return {"expected": result["expected"], "unknown": result["unknown"], "notes": notes + result["notes"],
+    return {"expected": result["expected"], "unknown": result["unknown"], "refused": result.get("refused"),
+            "notes": notes + result["notes"],
             "strategy": strategy, "config": chosen, "basis": "counted from " + ", ".join(parts),
             "plugin_config": config, "gpus": listed, "mig_layout": layout}
 
@@ -421,8 +423,9 @@ def gfd_expected_labels(product, gpus, config, mig_layout=None):
     if strategy == "single" and mig:
         if full or any(not gpu.get("mig_devices") for gpu in mig) or len(profiles) > 1:
             product_value, count = model + "-MIG-INVALID", 0
+            # padded GPUs (nvidia-smi counts them, does not describe them) have mig_enabled None: not known to be off
             refusal = (" and the device plugin refuses to start (all devices must have the same migEnabled value)"
-                       if full else "")
+                       if any(gpu.get("mig_enabled") is False for gpu in full) else "")
             notes.append("migStrategy single needs every GPU in MIG mode with one profile and no empty GPU: GFD "
                          "labels the node %s-MIG-INVALID%s" % (model, refusal))
         else:
@@ -474,7 +477,7 @@ def _pod_running_and_ready(pod):
 
 
 def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text="device plugin", unknown=None,
-                    basis=None, gfd_labels=None):
+                    basis=None, gfd_labels=None, refused=None):
     """Judge the node object, the device-plugin pods on it, and the GFD labels against the node's facts.
 
     ``expected_resources``: ``{"nvidia.com/gpu": 8}`` (or MIG / shared
@@ -482,6 +485,8 @@ def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text=
     When it names a MIG profile, any other ``nvidia.com/mig-*`` resource the
     node offers is expected to be 0.  ``unknown``: ``{resource: why}`` whose
     count cannot be known (the gate fails and says to set the override);
+    ``refused``: why the device plugin cannot start on this node (the gate
+    fails with it; no allocatable count is expected);
     ``basis``: how the counts were made, appended to a count reason.
     ``gfd_labels``: ``gfd_expected_labels()``'s labels, the GFD labels the
     same counting rule expects (MIG strategy, sharing, rename); without them
@@ -515,6 +520,8 @@ def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text=
                 if actual != 0:
                     counts[resource] = {"expected": 0, "actual": actual}
                     reasons.append("allocatable %s is %s, expected 0%s" % (resource, allocatable[resource], why))
+    if refused:
+        reasons.append(str(refused))
     for resource, cause in sorted((unknown or {}).items()):
         counts[resource] = {"expected": None, "actual": _resource_value(allocatable.get(resource, "0"))}
         reasons.append("the expected allocatable %s is unknown: %s. Fix: set preflight_expected_resources for this "

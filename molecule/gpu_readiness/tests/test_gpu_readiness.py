@@ -106,3 +106,32 @@ def test_nvidia_smi_standin_behaves_like_the_tool(host):
     table = host.run("nvidia-smi")
     assert table.rc == 0  # the real tool exits 0 even with an ERR! GPU
     assert ("ERR!" in table.stdout) is (not is_healthy_host(host))
+
+
+# Issue 26 item 2: the agent runs sandboxed; `systemd-analyze security` on the installed unit, on the host's own
+# systemd (Debian 12: systemd 252), rates it 2.5 or lower, and the metrics above were written by that sandbox.
+EXPOSURE_TARGET = 2.5
+
+
+def test_installed_unit_is_sandboxed_with_exposure_at_most_2_5(host):
+    report = host.run("systemd-analyze security --no-pager gpu-native-readiness.service")
+    assert report.rc == 0, report.stderr
+    match = re.search(r"Overall exposure level for gpu-native-readiness\.service: ([0-9.]+) ", report.stdout)
+    assert match, report.stdout[-2000:]
+    assert float(match.group(1)) <= EXPOSURE_TARGET, report.stdout
+    shown = host.run("systemctl show gpu-native-readiness.service -p DynamicUser -p DevicePolicy -p ProtectSystem "
+                     "-p NoNewPrivileges").stdout
+    properties = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+    assert properties == {"DynamicUser": "yes", "DevicePolicy": "closed", "ProtectSystem": "strict",
+                          "NoNewPrivileges": "yes"}, shown
+
+
+def test_the_sandboxed_agent_wrote_the_metrics_and_its_state(host):
+    # a dynamic user (systemd's range 61184-65519), not root, owns what the last run wrote
+    owner = host.file(METRICS).uid
+    assert 61184 <= owner <= 65519, owner
+    folder = host.file("/var/lib/prometheus/node-exporter")
+    assert (folder.user, folder.group, folder.mode) == ("root", "gpu-native-readiness", 0o1775)
+    state = host.file("/var/lib/gpu-native-readiness")
+    assert state.is_symlink and state.linked_to == "/var/lib/private/gpu-native-readiness"
+    assert host.file("/var/lib/private/gpu-native-readiness/kernel_log_state.json").uid == owner

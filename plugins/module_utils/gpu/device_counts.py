@@ -10,12 +10,15 @@
 plugin's config (api ``v1``, the shape roles/device_plugin_config renders:
 ``flags.migStrategy`` and ``sharing.timeSlicing`` / ``sharing.mps`` with
 ``renameByDefault`` and ``resources: [{name, replicas, rename, devices}]``)
-and the node's GPUs (``[{"mig_enabled": bool, "mig_devices": int}]``), and
+and the node's GPUs (``[{"mig_enabled": bool, "mig_devices": int}]``; ``mig_enabled``
+None for a GPU nvidia-smi counts but does not describe), and
 returns ``{"expected": {resource: count}, "unknown": {resource: why},
-"notes": [...]}``:
+"notes": [...], "refused": why or None}``:
 
 * ``migStrategy: none`` -> every GPU is one ``nvidia.com/gpu``;
 * ``single`` -> each MIG device (or each GPU with MIG off) is one ``nvidia.com/gpu``;
+  with some GPUs in MIG mode and some not the plugin refuses to start
+  (``refused`` says so; no count is expected);
 * ``mixed`` -> GPUs with MIG off are ``nvidia.com/gpu``; MIG devices are
   ``nvidia.com/mig-<profile>``, counted per profile from ``mig_layout``
   (``{"1g.10gb": 7, ...}``, the node's total) when given, else as one total
@@ -43,6 +46,10 @@ GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 MIG_ANY = "nvidia.com/mig-*"
 STRATEGIES = ("none", "single", "mixed")
+# NVIDIA/k8s-device-plugin internal/rm/device_map.go (buildDeviceMapFromConfigResources, v0.17.0 to v0.20.0):
+# under migStrategy single, GPUs with MIG on and GPUs with MIG off on one node make the plugin fail to build its
+# device map, so it starts no server and exposes nothing.
+MIXED_MIG_MODES_ERROR = "all devices on the node must be configured with the same migEnabled value"
 _SHARING_KEYS = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
 _RESOURCE_KEYS = ("name", "rename", "replicas", "devices")
 
@@ -119,6 +126,17 @@ def _sharing(config):
     return entries
 
 
+def refusal(strategy, gpus):
+    """Why the device plugin refuses to start with this strategy on these GPUs, or None."""
+    full = [g for g in gpus if g.get("mig_enabled") is False]
+    mig = [g for g in gpus if g.get("mig_enabled")]
+    if strategy == "single" and full and mig:
+        return ("migStrategy single with %d GPU(s) in MIG mode and %d not: the NVIDIA device plugin refuses to start "
+                "(\"%s\", k8s-device-plugin internal/rm/device_map.go) and exposes no nvidia.com/gpu. Fix: enable MIG "
+                "on every GPU of the node or on none, or use migStrategy mixed" % (len(mig), len(full), MIXED_MIG_MODES_ERROR))
+    return None
+
+
 def _base_counts(strategy, gpus, mig_layout, notes):
     expected = {}
     full = [g for g in gpus if not g.get("mig_enabled")]
@@ -130,8 +148,6 @@ def _base_counts(strategy, gpus, mig_layout, notes):
             notes.append("migStrategy none with %d MIG-enabled GPU(s): the plugin exposes them as whole GPUs" % len(mig))
     elif strategy == "single":
         expected[GPU] = len(full) + mig_total
-        if full and mig:
-            notes.append("migStrategy single with some GPUs in MIG mode and some not: the plugin expects one kind only")
     else:
         expected[GPU] = len(full)
         if mig_layout:
@@ -164,7 +180,17 @@ def expected_resources(plugin_config, gpus, mig_layout=None):
     if mig_layout is not None and not isinstance(mig_layout, dict):
         raise DeviceCountError("mig_layout is not a mapping. Fix: pass {profile: count}, e.g. {1g.10gb: 7}.")
     strategy = _strategy(config, notes)
+    refused = refusal(strategy, gpus)
+    if refused:
+        _sharing(config)  # a bad sharing block is still reported
+        return {"strategy": strategy, "expected": {}, "unknown": {}, "notes": notes, "refused": refused}
     expected = _base_counts(strategy, gpus, mig_layout, notes)
+    undescribed = [g for g in gpus if g.get("mig_enabled") is None]
+    if strategy == "single" and undescribed and any(g.get("mig_enabled") for g in gpus):
+        expected.pop(GPU, None)
+        unknown[GPU] = ("migStrategy single with MIG on some GPUs and %d GPU(s) nvidia-smi counts but does not describe: "
+                        "if any has MIG off the device plugin refuses to start, else they add MIG devices"
+                        % len(undescribed))
     for kind, rename_by_default, resource, path in _sharing(config):
         name = resource["name"]
         replicas = _int(resource["replicas"], path + ".replicas", 1)
@@ -186,7 +212,7 @@ def expected_resources(plugin_config, gpus, mig_layout=None):
             continue
         count = expected.pop(name)
         expected[target] = expected.get(target, 0) + count * replicas
-    return {"strategy": strategy, "expected": expected, "unknown": unknown, "notes": notes}
+    return {"strategy": strategy, "expected": expected, "unknown": unknown, "notes": notes, "refused": None}
 
 
 def compare(expected, actual):
@@ -195,7 +221,9 @@ def compare(expected, actual):
     ``actual`` is the node's allocatable (``{resource: count}``; only
     ``nvidia.com/`` keys are read; a missing resource counts 0).  ``expected``
     is ``expected_resources()``'s result.  ``matches`` is None for a resource
-    whose expectation is unknown.
+    whose expectation is unknown.  When the plugin refuses to start
+    (``expected["refused"]``) no count is right: one ``nvidia.com/gpu`` row with
+    ``expected`` None, ``matches`` False and ``why_refused``.
     """
     if not isinstance(actual or {}, dict):
         raise DeviceCountError("device_plugin_resources is not a mapping. Fix: pass the node's allocatable, "
@@ -212,6 +240,9 @@ def compare(expected, actual):
         if counts[str(key)] < 0:
             raise DeviceCountError("device_plugin_resources.%s is %s. Fix: use a count of 0 or more." % (key, value))
     actual = counts
+    if expected.get("refused"):
+        return [{"resource": GPU, "expected": None, "actual": actual.get(GPU, 0), "matches": False,
+                 "why_refused": expected["refused"]}]
     rows = []
     names = set(expected["expected"]) | set(expected["unknown"]) | set(actual)
     mig_actual = sum(v for k, v in actual.items() if k.startswith(MIG_PREFIX))

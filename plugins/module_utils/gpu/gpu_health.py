@@ -178,6 +178,23 @@ def _shown(paths, limit=6):
     return ", ".join(paths[:limit]) + (" and %d more" % (len(paths) - limit) if len(paths) > limit else "")
 
 
+def _power_brake_note(data, source):
+    """A note when ``HW Power Brake Slowdown`` is active (a note, not a problem: the GPU itself is healthy).
+
+    NVML (nvmlClocksEventReasons, "HW Power Brake Slowdown (reducing the core clocks by a factor of 2 or more) is
+    engaged"; DCGM's field constants name the cause: "External Power Brake Assertion is triggered (e.g. by the
+    system power supply)") - the brake comes from the system (PSU, BMC), not from load, so on an idle GPU it says
+    the clocks will stay low when work arrives."""
+    active = data.get("clocks_event_reasons_active") or []
+    if "hw_power_brake_slowdown" not in active:
+        return None
+    idle = "idle" in active or data.get("utilization_gpu_pct") == 0
+    return ("nvidia-smi %s: HW Power Brake Slowdown is active%s (Clocks Event Reasons): the system (power supply or "
+            "BMC) asserts the external power brake, which cuts the clocks by half or more; bandwidth, DCGM and "
+            "performance gates will fail until it clears. Fix: check the node's power supplies and the BMC event "
+            "log" % (source, " on an idle GPU" if idle else ""))
+
+
 def _apply_query(gpus, report, source):
     for position, data in enumerate(report["gpus"]):
         gpu = gpus.get(data["pci_bus_id"])
@@ -201,6 +218,9 @@ def _apply_query(gpus, report, source):
         if informational:
             gpu.notes.append("nvidia-smi %s informational fields read 'Unknown Error' (%s): not a health signal"
                              % (source, _shown(informational)))
+        brake = _power_brake_note(data, source)
+        if brake:
+            gpu.notes.append(brake)
         remapped = data.get("remapped_rows")
         if remapped:
             if remapped.get("pending"):
@@ -468,12 +488,18 @@ def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons
     listed = [{"mig_enabled": g.mig_enabled, "mig_devices": g.mig_device_count}
               for g in gpus.all() if g.seen_by_nvidia_smi]
     if gpu_count is not None and gpu_count > len(listed):
-        listed += [{"mig_enabled": False, "mig_devices": 0}] * (gpu_count - len(listed))
+        # counted by nvidia-smi (attached_gpus) but not described: MIG mode unknown
+        listed += [{"mig_enabled": None, "mig_devices": 0}] * (gpu_count - len(listed))
     try:
         expectation = expected_resources(config, listed, mig_layout)
     except DeviceCountError as exc:
         raise GpuHealthError(str(exc))
     notes.extend(expectation["notes"])
+    if expectation.get("refused"):
+        checks["device_plugin_count_matches"] = False
+        reasons.append(expectation["refused"] + ".")
+        return [{"resource": GPU_RESOURCE, "expected": None, "actual": (actual or {}).get(GPU_RESOURCE), "matches": False,
+                 "why_refused": expectation["refused"]}]
     if actual is None:
         return [{"resource": name, "expected": count, "actual": None, "matches": None}
                 for name, count in sorted(expectation["expected"].items())]

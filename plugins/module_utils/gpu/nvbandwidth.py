@@ -17,7 +17,11 @@ real outputs in tests/fixtures/nvbandwidth/):
   80GB HBM3 (00000000:18:00)`` (v0.4 prints no bus id), then per testcase
   ``Running <name>.``, a description such as ``memcpy CE GPU(row) -> GPU(column)
   bandwidth (GB/s)``, a header of column indexes, one row per GPU, ``SUM <name>
-  <value>`` and, from v0.9, ``COEFFICIENT_OF_VARIATION <name> <value>``.  A pair
+  <value>`` and, from v0.9, ``COEFFICIENT_OF_VARIATION <name> <value>`` (read
+  into the testcase's ``coefficient_of_variation``).  v0.10.0 prints no
+  ``Device N:`` lines at all and its versions as ``13.2 (13020)`` (real output:
+  tests/fixtures/nvbandwidth/h100x8_v0.10.0_d2d_read_write_ce.txt): the GPU
+  model and count then come from ``nvidia-smi`` (the gpu_bandwidth module).  A pair
   that was not measured (the diagonal, a pair without peer access) is ``N/A``
   (v0.5+) or ``0.00`` on the diagonal (older).  A testcase that cannot run
   prints ``Waived:`` without its name; an unknown one ``ERROR: Testcase <name>
@@ -329,6 +333,9 @@ def parse_text(text):
                 matrix["rows"].append([_cell(cell, "%s column %d" % (where, col)) for col, cell in enumerate(cells)])
                 continue
             matrix = None  # a blank line, SUM or anything else ends the matrix
+            if stripped.startswith(("SUM ", "COEFFICIENT_OF_VARIATION ")):
+                _summary_line(current, stripped)
+                continue
         if not stripped:
             continue
         version = _VERSION_RE.match(stripped)
@@ -375,11 +382,27 @@ def parse_text(text):
                 current["status"] = "ran"
             continue
         if stripped.startswith(("SUM ", "COEFFICIENT_OF_VARIATION ")) and current is not None:
+            _summary_line(current, stripped)
             continue
         # Anything else (notes, the host name, verbose MIN/MAX lines) is ignored.
     if matrix is not None and matrix["columns"] is None:
         raise NvbandwidthParseError("%s: the output ends after the matrix description (output cut?)" % current["name"])
     return result
+
+
+def _summary_line(current, stripped):
+    """``SUM <name> <GB/s>`` / ``COEFFICIENT_OF_VARIATION <name> <ratio>`` of the running testcase (a bad value is None)."""
+    parts = stripped.split()
+    if len(parts) != 3 or parts[1] != current["name"]:
+        return
+    key = "sum_gbps" if parts[0] == "SUM" else "coefficient_of_variation"
+    try:
+        value = float(parts[2])
+    except ValueError:
+        value = None
+    if value is not None and (math.isnan(value) or not 0 <= value <= MAX_GBPS * MAX_GPUS):
+        value = None
+    current[key] = value
 
 
 _JSON_STATUS = {"passed": "ran", "waived": "waived", "error": "error", "not found": "not_found", "running": "cut"}
@@ -496,19 +519,20 @@ def _direction(description):
     return match.group(1) if match else None
 
 
-def judge(parsed, requested, threshold, why_no_threshold=None, required=False):
+def judge(parsed, requested, threshold, why_no_threshold=None, required=False, gpu_count=None):
     """Judge the requested testcases; returns the module's verdict fields.
 
     ``status``: ``fail`` when a testcase did not run cleanly, a pair was not
     measured or is below the threshold; ``skip`` when there is nothing to judge
     (one GPU) or no threshold for the model (``fail`` instead when
-    ``required``); else ``pass``.
+    ``required``); else ``pass``.  ``gpu_count``: the GPUs nvidia-smi lists,
+    used when the output lists none (v0.10 prints no ``Device`` lines).
     """
     failures = []
     skips = []
     pairs = []
     summaries = []
-    gpu_count = len(parsed["devices"]) or None
+    gpu_count = len(parsed["devices"]) or gpu_count or None
     by_name = {}
     for entry in parsed["testcases"]:
         if entry["name"] and entry["name"] not in by_name:
@@ -516,7 +540,8 @@ def judge(parsed, requested, threshold, why_no_threshold=None, required=False):
     for name in requested:
         entry = by_name.get(name)
         summary = {"name": name, "status": entry["status"] if entry else "missing", "description": None,
-                   "min_gbps": None, "max_gbps": None, "pairs": 0, "failed_pairs": 0}
+                   "min_gbps": None, "max_gbps": None, "pairs": 0, "failed_pairs": 0,
+                   "coefficient_of_variation": entry.get("coefficient_of_variation") if entry else None}
         summaries.append(summary)
         if entry is None:
             failures.append("%s printed no result (output cut?)" % name)

@@ -111,6 +111,30 @@ HEALTH_SECTIONS = frozenset((
 ))
 
 
+#: ``Clocks Event Reasons`` (``Clocks Throttle Reasons`` before R535; XML ``clocks_event_reasons`` /
+#: ``clocks_throttle_reasons`` with ``clocks_event_reason_<name>`` children) as the reason names NVML gives them.
+CLOCKS_EVENT_SECTIONS = ("clocks_event_reasons", "clocks_throttle_reasons")
+_CLOCKS_EVENT_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
+
+
+def _clocks_event_reasons(node):
+    """The reasons that read ``Active`` (``idle``, ``hw_slowdown``, ``hw_power_brake_slowdown`` ...), sorted."""
+    active = []
+    for path, child in node.walk():
+        section = path.split("/", 1)[0].strip().lower().replace(" ", "_")
+        if section not in CLOCKS_EVENT_SECTIONS or "/" not in path:
+            continue
+        if (child.value or "").strip().lower() != "active":
+            continue
+        name = child.key.strip().lower().replace(" ", "_")
+        for prefix in _CLOCKS_EVENT_PREFIXES:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        if name and name not in active and len(active) < 32:
+            active.append(name[:64])
+    return sorted(active)
+
+
 def is_health_field(path):
     """True when a ``-q``/``-q -x`` field path lies under a section in ``HEALTH_SECTIONS``."""
     first = str(path).split("/", 1)[0].strip().lower().replace(" ", "_")
@@ -455,6 +479,7 @@ def _new_gpu(index):
         "unknown_error_fields": [],
         "unknown_error_health_fields": [],
         "lost": False,
+        "clocks_event_reasons_active": [],
     }
 
 
@@ -530,6 +555,7 @@ def _gpu(index, node, form, header_bus=None):
     gpu["unknown_error_fields"] = unknown
     gpu["unknown_error_health_fields"] = [path for path in unknown if is_health_field(path)]
     gpu["lost"] = lost
+    gpu["clocks_event_reasons_active"] = _clocks_event_reasons(node)
     return gpu
 
 

@@ -21,9 +21,14 @@ size in memory slots, memory in GiB as ``-lgip`` prints it, and the
 ``+me`` flag.
 
 Sources: the domain brief (profiles, starts, device ids) and real
-``nvidia-smi mig -lgip``/``-lgipp`` captures (tests/fixtures/nvidia/09_nvsmi_mig_tables_part.txt).  Memory
-figures that no capture shows (H100 NVL, B200, A30) are the published
-MIG user guide values and only feed reports, never feasibility.
+``nvidia-smi mig -lgip``/``-lgipp`` captures (tests/fixtures/nvidia/09_nvsmi_mig_tables_part.txt).
+Each model says where its ``memory_gib`` figures come from in ``memory_source``:
+``capture`` (A100 40GB, A100 80GB, H100 80GB: the capture above) or ``derived``
+(H100 NVL, H200, B200, A30: not checked against any capture kept here), with ``memory_note``.  NVIDIA's MIG user guide
+("Supported MIG Profiles", docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html)
+gives each profile's memory as a *fraction* (1/8, 2/8, 4/8, Full; 1/4 on the
+A30), not in GiB, so the derived figures are not the guide's and are
+unconfirmed.  Memory figures only feed reports, never feasibility.
 
 Users extend or override the table with ``merge_geometry(overrides)``; the
 ``mig_config`` module exposes that as its ``geometry`` option.
@@ -73,6 +78,15 @@ def _seven_slice_profiles(one, one_me, one_double, two, three, four, seven):
     return profiles
 
 
+# The MIG user guide gives memory per profile as a fraction of the GPU's memory, never in GiB.
+_DERIVED_MEMORY_NOTE = ("derived GiB, unconfirmed: the MIG user guide gives only fractions of memory and no "
+                        "nvidia-smi mig -lgip capture of this model was found")
+_CAPTURED_MEMORY_NOTE = "memory_gib as nvidia-smi mig -lgip prints it (tests/fixtures/nvidia/09_nvsmi_mig_tables_part.txt)"
+# H100 NVL and H200: fixture 09's header names partial published -lgip captures (harvester/pcidevices mig_test.go,
+# NVIDIA/gpu-operator#900, NVIDIA/mig-parted#120) that the fixture does not keep, so nothing here checks them.
+_UNKEPT_CAPTURE_NOTE = ("unconfirmed here: the MIG user guide gives only fractions of memory; partial published -lgip "
+                        "captures exist (fixture 09 header) but are not kept or tested")
+
 GEOMETRY = {
     "A100-40GB": {
         "description": "NVIDIA A100 40GB (SXM4 and PCIe; A800 40GB)",
@@ -80,6 +94,8 @@ GEOMETRY = {
         # mig-parted's config-default.yaml.
         "device_ids": ["0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"],
         "products": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-40GB"],
+        "memory_source": "capture",
+        "memory_note": _CAPTURED_MEMORY_NOTE,
         "slices": 7,
         "memory_slots": 8,
         "profiles": _seven_slice_profiles(
@@ -90,6 +106,8 @@ GEOMETRY = {
         "description": "NVIDIA A100 80GB (SXM4 and PCIe; A800 80GB)",
         "device_ids": ["0x20B210DE", "0x20B510DE", "0x20F310DE", "0x20F510DE"],
         "products": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe"],
+        "memory_source": "capture",
+        "memory_note": _CAPTURED_MEMORY_NOTE,
         "slices": 7,
         "memory_slots": 8,
         # 1g.20gb (ID 15) appears with R525+ drivers; 515 lacks it.
@@ -101,6 +119,8 @@ GEOMETRY = {
         "description": "NVIDIA H100 80GB (SXM5 HBM3 and PCIe; H800 80GB)",
         "device_ids": ["0x233010DE", "0x233110DE", "0x232210DE", "0x232410DE"],
         "products": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe"],
+        "memory_source": "capture",
+        "memory_note": _CAPTURED_MEMORY_NOTE,
         "slices": 7,
         "memory_slots": 8,
         "profiles": _seven_slice_profiles(
@@ -111,6 +131,8 @@ GEOMETRY = {
         "description": "NVIDIA H100 NVL 94GB (H800 NVL)",
         "device_ids": ["0x232110DE", "0x233A10DE"],
         "products": ["NVIDIA H100 NVL", "NVIDIA H800 NVL"],
+        "memory_source": "derived",
+        "memory_note": _UNKEPT_CAPTURE_NOTE,
         "slices": 7,
         "memory_slots": 8,
         "profiles": _seven_slice_profiles(
@@ -121,6 +143,8 @@ GEOMETRY = {
         "description": "NVIDIA H200 141GB (SXM and NVL)",
         "device_ids": ["0x233510DE", "0x233B10DE"],
         "products": ["NVIDIA H200", "NVIDIA H200 NVL"],
+        "memory_source": "derived",
+        "memory_note": _UNKEPT_CAPTURE_NOTE,
         "slices": 7,
         "memory_slots": 8,
         "profiles": _seven_slice_profiles(
@@ -131,6 +155,8 @@ GEOMETRY = {
         "description": "NVIDIA B200 180GB",
         "device_ids": ["0x290110DE"],
         "products": ["NVIDIA B200"],
+        "memory_source": "derived",
+        "memory_note": _DERIVED_MEMORY_NOTE,
         "slices": 7,
         "memory_slots": 8,
         "profiles": _seven_slice_profiles(
@@ -141,6 +167,8 @@ GEOMETRY = {
         "description": "NVIDIA A30 24GB",
         "device_ids": ["0x20B710DE"],
         "products": ["NVIDIA A30"],
+        "memory_source": "derived",
+        "memory_note": _DERIVED_MEMORY_NOTE,
         "slices": 4,
         "memory_slots": 4,
         "profiles": {
@@ -248,7 +276,9 @@ MAX_MODELS = 64
 MAX_PROFILES = 64
 MAX_LIST_ITEMS = 64
 MAX_TEXT = 200
-MODEL_KEYS = ("description", "device_ids", "products", "slices", "memory_slots", "profiles")
+MODEL_KEYS = ("description", "device_ids", "products", "slices", "memory_slots", "profiles", "memory_source", "memory_note")
+# Where a model's memory_gib figures come from: a real nvidia-smi capture, or derived (unconfirmed).
+MEMORY_SOURCES = ("capture", "derived")
 PROFILE_KEYS = ("id", "slices", "starts", "size", "memory_gib", "media_extensions")
 
 
@@ -278,6 +308,10 @@ def check_model(model, data, path=None):
         if key not in MODEL_KEYS:
             raise GeometryError("%s.%s is not a known key (known: %s)" % (path, display_key(key), ", ".join(MODEL_KEYS)))
     _check_text(data.get("description", model), "%s.description" % path)
+    if data.get("memory_source") is not None and data["memory_source"] not in MEMORY_SOURCES:
+        raise GeometryError("%s.memory_source: %r must be one of %s" % (path, data["memory_source"], ", ".join(MEMORY_SOURCES)))
+    if data.get("memory_note") is not None:
+        _check_text(data["memory_note"], "%s.memory_note" % path)
     _check_int(data.get("memory_slots"), "%s.memory_slots" % path, 1, MAX_MEMORY_SLOTS)
     _check_int(data.get("slices"), "%s.slices" % path, 1, MAX_SLICES)
     for key in ("device_ids", "products"):
@@ -358,7 +392,7 @@ def merge_geometry(overrides=None, base=None):
             if key not in MODEL_KEYS:
                 raise GeometryError("%s.%s is not a known key (known: %s)" % (path, display_key(key), ", ".join(MODEL_KEYS)))
         target = merged.setdefault(model, {"description": model, "device_ids": [], "products": [], "profiles": {}})
-        for key in ("description", "slices", "memory_slots"):
+        for key in ("description", "slices", "memory_slots", "memory_source", "memory_note"):
             if key in data:
                 target[key] = data[key]
         for key in ("device_ids", "products"):

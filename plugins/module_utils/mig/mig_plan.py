@@ -33,6 +33,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry 
     unverified_product,
 )
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_parted import schema_errors
+from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import refusal as plugin_refusal
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_placement import (
     PlacementCache,
     gpu_label as _gpu_label,
@@ -322,16 +323,27 @@ def actual_state(query_gpus, gi_rows, ci_rows):
     return state
 
 
+def single_strategy_refusal(config_result):
+    """Why the device plugin refuses ``migStrategy: single`` for this layout (MIG on and off GPUs), or None."""
+    gpus = [{"mig_enabled": bool(item["mig_enabled"])} for entry in config_result["placements"] for item in entry
+            if item["index"] is not None]
+    return plugin_refusal("single", gpus)
+
+
 def expected_resources(config_result, strategy):
     """The extended resources the NVIDIA device plugin advertises for a config's placements.
 
     ``mixed``: ``nvidia.com/mig-<profile>`` per instance profile, and
     ``nvidia.com/gpu`` for the GPUs with MIG disabled.  ``single``:
-    ``nvidia.com/gpu`` counts every MIG instance (all of one profile).  Any
+    ``nvidia.com/gpu`` counts every MIG instance (all of one profile); a layout
+    with MIG on some GPUs and off on others is None under ``single``: the
+    device plugin refuses to start there (``single_strategy_refusal``).  Any
     other strategy: None (the plugin's answer depends on more than the layout).
     Only GPUs with an index (present on the node) count.
     """
     if strategy not in ("single", "mixed"):
+        return None
+    if strategy == "single" and single_strategy_refusal(config_result):
         return None
     resources = {}
 

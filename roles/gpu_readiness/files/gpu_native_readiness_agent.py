@@ -202,7 +202,8 @@ def device_plugin_resources(kube, node_name, urlopen=None):
     """The node object's nvidia.com/* allocatable ({resource: count}), or None when it cannot be read.
 
     Tried in order: the API server with a bearer token (``api_url``,
-    ``token_file``, ``ca_file``), then ``kubectl`` with ``kubeconfig``.
+    ``token_file``, ``ca_file``), then ``kubectl`` with ``kubeconfig`` (and
+    ``client_certificate``/``client_key`` when set).
     The kubelet's pod-resources API is gRPC over a unix socket, which the
     standard library cannot speak; the node object carries the same count.
     """
@@ -227,8 +228,12 @@ def device_plugin_resources(kube, node_name, urlopen=None):
     kubectl = kube.get("kubectl")
     kubeconfig = kube.get("kubeconfig")
     if kubectl and kubeconfig and os.path.exists(kubeconfig):
-        rc, out, _err = run_command([kubectl, "--kubeconfig", kubeconfig, "get", "node", node_name, "-o", "json"],
-                                    timeout=PROBE_TIMEOUT_S)
+        argv = [kubectl, "--kubeconfig", kubeconfig]
+        # sandboxed, the role hands over the certificate the kubeconfig names by path (a systemd credential)
+        for flag, key in (("--client-certificate", "client_certificate"), ("--client-key", "client_key")):
+            if kube.get(key):
+                argv += [flag, kube[key]]
+        rc, out, _err = run_command(argv + ["get", "node", node_name, "-o", "json"], timeout=PROBE_TIMEOUT_S)
         if rc == 0:
             try:
                 return _allocatable_resources(json.loads(out))

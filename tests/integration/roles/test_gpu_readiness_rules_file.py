@@ -96,11 +96,36 @@ def test_relative_rules_path_is_refused(play, tmp_path):
 
 def test_bad_duration_stops_the_role_before_anything_is_written(play, tmp_path):
     dirs = dict((name, str(tmp_path / name)) for name in ("install", "config", "state", "textfile"))
-    result = play(WHOLE_ROLE, gpu_readiness_alert_gpu_unhealthy_for="5 minutes",
+    # not sandboxed: the sandbox wants its state folder below /var/lib (test_sandbox_state_folder_...)
+    result = play(WHOLE_ROLE, gpu_readiness_alert_gpu_unhealthy_for="5 minutes", gpu_readiness_sandbox=False,
                   gpu_readiness_install_dir=dirs["install"], gpu_readiness_config_dir=dirs["config"],
                   gpu_readiness_state_dir=dirs["state"], gpu_readiness_textfile_dir=dirs["textfile"])
     assert recap(result.stdout)["failed"] == 1
     message = failure_message(result.stdout)
     assert message.startswith('gpu_readiness_alert_gpu_unhealthy_for is "5 minutes", not a Prometheus duration.')
     assert "Fix: use a duration such as" in message
+    assert sorted(os.listdir(tmp_path)) == ["playbook.yml"]
+
+
+def test_sandbox_state_folder_outside_var_lib_stops_the_role_before_anything_is_written(play, tmp_path):
+    """Sandboxed, systemd's StateDirectory= gives the folder to the dynamic user: it must lie below /var/lib."""
+    dirs = dict((name, str(tmp_path / name)) for name in ("install", "config", "state", "textfile"))
+    result = play(WHOLE_ROLE, gpu_readiness_install_dir=dirs["install"], gpu_readiness_config_dir=dirs["config"],
+                  gpu_readiness_state_dir=dirs["state"], gpu_readiness_textfile_dir=dirs["textfile"])
+    assert recap(result.stdout)["failed"] == 1
+    message = failure_message(result.stdout)
+    assert message.startswith("gpu_readiness_sandbox is true but the state folder %s is not below /var/lib" % dirs["state"])
+    assert "Fix: keep the state folder below /var/lib" in message
+    assert sorted(os.listdir(tmp_path)) == ["playbook.yml"]
+
+
+def test_a_sandbox_group_the_node_lacks_stops_the_role_before_anything_is_written(play, tmp_path):
+    """systemd would refuse the unit (216/GROUP): the role says so first and changes nothing."""
+    dirs = dict((name, str(tmp_path / name)) for name in ("install", "config", "textfile"))
+    result = play(WHOLE_ROLE, gpu_readiness_install_dir=dirs["install"], gpu_readiness_config_dir=dirs["config"],
+                  gpu_readiness_textfile_dir=dirs["textfile"],
+                  gpu_readiness_sandbox_groups=["systemd-journal", "no-such-group-gn"])
+    assert recap(result.stdout)["failed"] == 1
+    message = failure_message(result.stdout)
+    assert message.startswith("gpu_readiness_sandbox_groups names groups this node does not have (no-such-group-gn)")
     assert sorted(os.listdir(tmp_path)) == ["playbook.yml"]

@@ -193,6 +193,30 @@ def test_device_plugin_count_from_node_object(node, tmp_path):
         server.shutdown()
 
 
+def test_sandboxed_kubectl_gets_the_client_certificate_credential(tmp_path):
+    """Sandboxed, the role sets client_certificate/client_key (systemd credential copies): kubectl gets them as flags."""
+    args = tmp_path / "argv"
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text('#!/bin/sh\nprintf "%%s\\n" "$@" > %s\n'
+                       'echo \'{"status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"}}}\'\n' % args)
+    kubectl.chmod(0o755)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\n")
+    kube = {"kubectl": str(kubectl), "kubeconfig": str(kubeconfig),
+            "client_certificate": "/run/credentials/gpu-native-readiness.service/kube-client-certificate",
+            "client_key": "/run/credentials/gpu-native-readiness.service/kube-client-key"}
+    assert agent.device_plugin_resources(kube, "gpu-node-1") == {"nvidia.com/gpu": 8}
+    assert args.read_text().split() == [
+        "--kubeconfig", str(kubeconfig),
+        "--client-certificate", "/run/credentials/gpu-native-readiness.service/kube-client-certificate",
+        "--client-key", "/run/credentials/gpu-native-readiness.service/kube-client-key",
+        "get", "node", "gpu-node-1", "-o", "json"]
+    # not sandboxed (empty): kubectl uses what the kubeconfig names
+    assert agent.device_plugin_resources(dict(kube, client_certificate="", client_key=""), "gpu-node-1") == {
+        "nvidia.com/gpu": 8}
+    assert args.read_text().split() == ["--kubeconfig", str(kubeconfig), "get", "node", "gpu-node-1", "-o", "json"]
+
+
 def test_hung_nvidia_smi_is_not_ready_within_the_timeout(node, monkeypatch):
     """The agent runs nvidia-smi through the shared runner: a hang is a not-ready node, not a stuck timer."""
     config, output = node("h100x8-healthy", command_timeout=1)

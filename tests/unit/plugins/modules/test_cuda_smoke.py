@@ -98,6 +98,15 @@ def test_libcuda_missing_fails_cleanly(capsys, tmp_path):
     assert result["msg"].startswith("%s not found: is the NVIDIA driver installed?" % (tmp_path / "libcuda.so.1"))
 
 
+def test_libcuda_missing_with_fail_on_failure_false_is_a_verdict_not_a_task_failure(capsys, tmp_path):
+    """Like llm_smoke's connection errors: the reason comes back with passed false, the task does not fail."""
+    result = run(capsys, {"library": str(tmp_path / "libcuda.so.1"), "fail_on_failure": False})
+    assert not result.get("failed") and result["changed"] is False
+    assert result["passed"] is False and result["devices"] == []
+    (reason,) = result["reasons"]
+    assert reason.startswith("%s not found: is the NVIDIA driver installed?" % (tmp_path / "libcuda.so.1"))
+
+
 def test_without_nvidia_smi_cuda_enumerates_the_devices(capsys, monkeypatch, fake_libcuda, tmp_path):
     monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
     result = run(capsys, {"library": fake_libcuda, "nvidia_smi": str(tmp_path / "nvidia-smi")})

@@ -155,3 +155,39 @@ def test_check_mode_runs_unless_told_not_to(capsys, monkeypatch):
     assert result["status"] == "pass"
     result = run(capsys, {"nvbandwidth": STANDIN, "_ansible_check_mode": True, "run_in_check_mode": False})
     assert result["status"] == "skip" and result["command"] == {}
+
+
+# nvbandwidth v0.10.0 (real output, tests/fixtures/nvbandwidth/h100x8_v0.10.0_d2d_read_write_ce.txt) lists no GPUs.
+# What nvidia-smi --query-gpu=name prints on that node: constructed from the same report, whose
+# p2pBandwidthLatencyTest lists 8x "NVIDIA H100 80GB HBM3".
+V010 = "h100x8_v0.10.0_d2d_read_write_ce.txt"
+H100_NAMES = "NVIDIA H100 80GB HBM3\n" * 8
+
+
+def test_v010_output_takes_the_model_and_count_from_nvidia_smi(capsys):
+    result = run(capsys, {"source": "captured", "captured": {"nvbandwidth": fixture(V010), "nvidia_smi": H100_NAMES}})
+    assert not result.get("failed") and result["status"] == "pass", result.get("reasons")
+    assert result["nvbandwidth_version"] == "v0.10.0" and result["devices"] == []
+    assert result["product"] == "NVIDIA H100 80GB HBM3" and result["gpu_count"] == 8
+    assert result["worst"]["gbps"] == 395.05 and result["testcases"][0]["pairs"] == 56
+    assert result["testcases"][0]["coefficient_of_variation"] == 0.0
+
+
+def test_v010_output_without_a_model_is_a_skip_that_says_why(capsys):
+    result = run(capsys, {"source": "captured", "fail_on_failure": False, "captured": {"nvbandwidth": fixture(V010)}})
+    assert result["status"] == "skip" and result["product"] is None
+    assert "the output lists no GPUs and no product was given" in result["reasons"][0]
+
+
+def test_v010_matrix_larger_than_what_nvidia_smi_lists_fails(capsys):
+    result = run(capsys, {"source": "captured", "fail_on_failure": False,
+                          "captured": {"nvbandwidth": fixture(V010), "nvidia_smi": "NVIDIA H100 80GB HBM3\n" * 4}})
+    assert result["status"] == "fail" and result["gpu_count"] == 4
+    assert "the matrix covers 8 GPUs, the output lists 4" in result["reasons"][0]
+
+
+def test_v010_mixed_models_in_nvidia_smi_have_no_threshold(capsys):
+    result = run(capsys, {"source": "captured", "fail_on_failure": False,
+                          "captured": {"nvbandwidth": fixture(V010),
+                                       "nvidia_smi": "NVIDIA H100 80GB HBM3\n" * 7 + "NVIDIA H200\n"}})
+    assert result["status"] == "skip" and "nvidia-smi names NVIDIA H100 80GB HBM3, NVIDIA H200" in result["reasons"][0]

@@ -91,6 +91,24 @@ def test_mig_single_counts_every_mig_device_as_a_gpu():
     assert result["expected"] == {"nvidia.com/gpu": 4}
 
 
+def test_mig_single_with_a_mig_off_gpu_expects_no_total_and_says_the_plugin_refuses():
+    # k8s-device-plugin v0.20.0 internal/rm/device_map.go: "all devices on the node must be configured with the
+    # same migEnabled value" (constructed facts: the A100 capture's MIG GPU next to a GPU with MIG off)
+    gpus = A100_MIG_GPUS + [{"index": 1, "mig_enabled": False, "mig_devices": 0}]
+    result = preflight.expected_allocatable(gpus, 2, {"mig_strategy": "single"}, A100_MIG_STATE)
+    assert result["expected"] == {} and result["unknown"] == {}
+    assert "same migEnabled value" in result["refused"]
+    gate = preflight_kubernetes_gate(_node({"nvidia.com/gpu": "5"}), [READY_POD], {}, {},
+                                     counting={"gpus": gpus, "gpu_count": 2, "device_plugin": {"mig_strategy": "single"},
+                                               "mig_state": A100_MIG_STATE})
+    assert gate["status"] == FAIL
+    assert gate["reasons"][0].startswith("migStrategy single with 1 GPU(s) in MIG mode and 1 not: the NVIDIA device "
+                                         "plugin refuses to start")
+    assert "Fix: enable MIG on every GPU of the node or on none, or use migStrategy mixed" in gate["reasons"][0]
+    assert not any("expected" in reason and "allocatable nvidia.com/gpu" in reason for reason in gate["reasons"])
+    assert gate["details"]["counting"]["refused"] == result["refused"]
+
+
 def test_mig_mixed_without_an_assigned_layout_counts_the_total():
     result = preflight.expected_allocatable(A100_MIG_GPUS, 1, {"mig_strategy": "mixed"}, None)
     assert result["expected"] == {"nvidia.com/gpu": 0, "nvidia.com/mig-*": 4}

@@ -82,7 +82,8 @@ def test_device_plugin_readme_configs_from_fixture_12(tag, expected):
 
 def test_mig_single_and_mixed():
     gpus = [mig(7), mig(7), FULL]
-    assert dc.expected_resources(rendered_config(mig_strategy="single"), gpus)["expected"] == {"nvidia.com/gpu": 15}
+    assert dc.expected_resources(rendered_config(mig_strategy="single"), [mig(7), mig(7)])["expected"] == {
+        "nvidia.com/gpu": 14}
     mixed = dc.expected_resources(rendered_config(mig_strategy="mixed"), gpus, {"1g.10gb": 12, "2g.20gb": 2})
     assert mixed["expected"] == {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 12, "nvidia.com/mig-2g.20gb": 2}
     rows = dc.compare(mixed, {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 12, "nvidia.com/mig-2g.20gb": 2})
@@ -160,3 +161,67 @@ def test_gpu_health_bad_config_is_its_error():
     with pytest.raises(gh.GpuHealthError, match=r"device_plugin_config\.flags\.migStrategy"):
         gh.evaluate({"nvidia_smi_xml": text(H100_XML), "device_plugin_resources": {"nvidia.com/gpu": 8}},
                     device_plugin_config={"flags": {"migStrategy": "nope"}})
+
+
+# Constructed GPU list, modelled on a real node in this state: NVIDIA/gpu-operator issue #603 (mig-parted log of an
+# A100 80GB PCIe node, GPU 0 "Current MIG mode: Enabled", GPU 1 "Current MIG mode: Disabled").  The refusal is
+# NVIDIA/k8s-device-plugin v0.20.0 internal/rm/device_map.go, buildDeviceMapFromConfigResources.
+def test_mig_single_with_mig_on_and_off_gpus_is_a_refusal_not_a_total():
+    expectation = dc.expected_resources(rendered_config(mig_strategy="single"), [mig(7), FULL])
+    assert expectation["expected"] == {} and expectation["unknown"] == {}
+    assert dc.MIXED_MIG_MODES_ERROR in expectation["refused"]
+    assert "1 GPU(s) in MIG mode and 1 not" in expectation["refused"] and "Fix:" in expectation["refused"]
+    # whatever the node still shows (8 stale, 0, 1+7): no count is right
+    for actual in ({"nvidia.com/gpu": 8}, {}, {"nvidia.com/gpu": 1}):
+        rows = dc.compare(expectation, actual)
+        assert [(r["resource"], r["expected"], r["matches"]) for r in rows] == [("nvidia.com/gpu", None, False)]
+        assert rows[0]["why_refused"] == expectation["refused"]
+    # mixed and none have no such rule
+    assert dc.expected_resources(rendered_config(mig_strategy="mixed"), [mig(7), FULL])["refused"] is None
+    assert dc.expected_resources(rendered_config(mig_strategy="none"), [mig(7), FULL])["refused"] is None
+
+
+def test_mig_single_with_undescribed_gpus_is_unknown_not_guessed():
+    """attached_gpus 4 with one GPU described (the real telegraf fixture 01): their MIG mode is unknown."""
+    expectation = dc.expected_resources(rendered_config(mig_strategy="single"),
+                                        [mig(4)] + [{"mig_enabled": None, "mig_devices": 0}] * 3)
+    assert expectation["refused"] is None and expectation["expected"] == {}
+    assert "3 GPU(s) nvidia-smi counts but does not describe" in expectation["unknown"]["nvidia.com/gpu"]
+
+
+def test_gpu_health_mig_single_refusal_is_a_clear_reason():
+    xml = text("01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt")  # real: 1 GPU described (MIG on, 4 devices) of 4
+    config = rendered_config(mig_strategy="single")
+    result = gh.evaluate({"nvidia_smi_xml": xml, "device_plugin_resources": {"nvidia.com/gpu": 4}},
+                         device_plugin_config=config)
+    assert result["checks"]["device_plugin_count_matches"] is not True
+    assert any("does not describe" in note for note in result["notes"])
+    # constructed from that real output: a second, described GPU with MIG off (same A100, another bus id and uuid)
+    mixed = _with_a_mig_off_gpu(xml)
+    refused = gh.evaluate({"nvidia_smi_xml": mixed, "device_plugin_resources": {"nvidia.com/gpu": 5}},
+                          device_plugin_config=config)
+    assert not refused["gpu_ready"]
+    assert refused["checks"]["device_plugin_count_matches"] is False
+    assert any(dc.MIXED_MIG_MODES_ERROR in reason for reason in refused["reasons"])
+    assert refused["device_plugin_resources"] == [
+        {"resource": "nvidia.com/gpu", "expected": None, "actual": 5, "matches": False,
+         "why_refused": refused["device_plugin_resources"][0]["why_refused"]}]
+    assert "1 GPU(s) in MIG mode and 1 not" in refused["device_plugin_resources"][0]["why_refused"]
+    # under mixed the same node is counted (1 whole GPU + 4 MIG devices)
+    counted = gh.evaluate({"nvidia_smi_xml": mixed, "device_plugin_resources": {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 4}},
+                          device_plugin_config=rendered_config(mig_strategy="mixed"))
+    assert counted["checks"]["device_plugin_count_matches"] is True, counted["reasons"]
+
+
+def _with_a_mig_off_gpu(xml):
+    """Fixture 01 with attached_gpus 2 and a copy of its GPU, MIG disabled and without MIG devices (constructed)."""
+    import re
+    body = xml[xml.index("<gpu id="):xml.index("</gpu>") + len("</gpu>")]
+    second = re.sub(r"<mig_devices>.*?</mig_devices>", "<mig_devices>\n</mig_devices>", body, flags=re.S)
+    second = second.replace("<current_mig>Enabled</current_mig>", "<current_mig>Disabled</current_mig>")
+    second = second.replace("<pending_mig>Enabled</pending_mig>", "<pending_mig>Disabled</pending_mig>")
+    second = second.replace('<gpu id="00000000:01:00.0">', '<gpu id="00000000:41:00.0">')
+    second = second.replace("00000000:01:00.0", "00000000:41:00.0").replace("GPU-513536b6", "GPU-613536b6")
+    second = second.replace("<minor_number>1</minor_number>", "<minor_number>2</minor_number>")
+    xml = xml.replace("<attached_gpus>4</attached_gpus>", "<attached_gpus>2</attached_gpus>")
+    return xml.replace("</gpu>", "</gpu>\n    " + second, 1)

@@ -211,3 +211,34 @@ def test_lspci_alone_says_the_count_may_include_virtual_functions():
     # an HGX board (8 GPUs at function 0, NVSwitches) gets no such note
     result = gh.evaluate({"lspci": text("10_lspci_nvidia_gpu_nvswitch.txt")})
     assert not any("virtual function" in note for note in result["notes"])
+
+
+# --- item 9: an active HW power brake is a note (performance gates will fail) -------------------------------
+A10_POWER_BRAKE = ("nvidia", "derived_nvsmi_q_a10_idle_hw_power_brake_active.txt")
+
+
+def test_an_active_hw_power_brake_on_an_idle_gpu_is_a_note_that_names_the_cause():
+    # derived by its publisher from a real A10 -q (header of the fixture): idle, HW Power Brake Slowdown active
+    query = testlib.fixture_text(*A10_POWER_BRAKE)
+    parsed = nvidia_smi.parse_query_text(query)["gpus"][0]
+    assert parsed["clocks_event_reasons_active"] == ["hw_power_brake_slowdown", "hw_slowdown", "idle"]
+    result = gh.evaluate({"nvidia_smi_query": query}, expected_gpus=1)
+    gpu = result["gpus"][0]
+    assert result["gpu_ready"] and gpu["healthy"] and gpu["problems"] == []
+    (note,) = [n for n in gpu["notes"] if "Power Brake" in n]
+    assert "HW Power Brake Slowdown is active on an idle GPU" in note
+    assert "performance gates will fail" in note and "Fix: check the node's power supplies" in note
+
+
+def test_no_power_brake_note_on_the_real_healthy_outputs():
+    h100 = gh.evaluate({"nvidia_smi_query": text(H100, "B")}, expected_gpus=1)["gpus"][0]
+    assert nvidia_smi.parse_query_text(text(H100, "B"))["gpus"][0]["clocks_event_reasons_active"] == ["idle"]
+    assert not any("Power Brake" in note for note in h100["notes"])
+    xml = text("01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt")
+    assert not any("Power Brake" in note for gpu in gh.evaluate({"nvidia_smi_xml": xml})["gpus"] for note in gpu["notes"])
+    # the XML form of the same reason (real A100 -q -x, DTD v12, with its one brake field set Active)
+    braked = xml.replace("<clocks_event_reason_hw_power_brake_slowdown>Not Active",
+                         "<clocks_event_reason_hw_power_brake_slowdown>Active")
+    assert braked != xml
+    notes = [note for gpu in gh.evaluate({"nvidia_smi_xml": braked})["gpus"] for note in gpu["notes"]]
+    assert any("HW Power Brake Slowdown is active" in note for note in notes)

@@ -278,3 +278,26 @@ def test_missing_rows_are_a_cut_matrix():
     parsed = nvb.name_waived(nvb.parse(text), READ)
     result = nvb.judge(parsed, READ, nvb.threshold_for("NVIDIA H200")[0])
     assert result["status"] == "fail" and "the matrix has 1 rows for 3 columns (output cut?)" in result["reasons"][0]
+
+
+def test_v010_real_output_has_no_device_lines_and_its_sum_and_cv_are_read():
+    """Real nvbandwidth v0.10.0 output (8x H100): no Device lines, "13.2 (13020)" versions, a CV line."""
+    parsed = nvb.parse(fixture("h100x8_v0.10.0_d2d_read_write_ce.txt"))
+    assert parsed["version"] == "v0.10.0" and parsed["devices"] == [] and parsed["errors"] == []
+    (case,) = parsed["testcases"]
+    assert case["name"] == "device_to_device_memcpy_read_ce" and case["status"] == "ran"
+    assert case["sum_gbps"] == 22126.64 and case["coefficient_of_variation"] == 0.0
+    rows = case["matrices"][0]["rows"]
+    assert len(rows) == 8 and rows[0][0] is None and rows[7][0] == 395.05
+    assert nvb.product_of(parsed) == (None, "the output lists no GPUs and no product was given")
+    verdict = nvb.judge(parsed, ["device_to_device_memcpy_read_ce"], nvb.threshold_for("NVIDIA H100 80GB HBM3")[0],
+                        gpu_count=8)
+    assert verdict["status"] == "pass" and verdict["gpu_count"] == 8
+
+
+def test_a_garbage_coefficient_of_variation_is_none_never_an_error():
+    text = HEAD + "          0         1\n0       N/A    276.07\n1    276.19       N/A\n" \
+        "SUM device_to_device_memcpy_read_ce lots\nCOEFFICIENT_OF_VARIATION device_to_device_memcpy_read_ce nan\n"
+    case = nvb.parse(text)["testcases"][0]
+    assert case["sum_gbps"] is None and case["coefficient_of_variation"] is None
+    assert case["matrices"][0]["rows"] == [[None, 276.07], [276.19, None]]

@@ -298,3 +298,40 @@ def test_merge_geometry_rejects_bad_overrides_with_their_path(overrides, message
 def test_the_built_in_table_passes_the_schema_that_overrides_must_pass():
     for model, data in mg.GEOMETRY.items():
         mg.check_model(model, data)
+
+
+# Real `nvidia-smi mig -lgip` captures (tests/fixtures/nvidia/09_nvsmi_mig_tables_part.txt, sources in its header).
+LGIP_CAPTURES = {"A100-40GB": ("A100-40GB", "-lgip"), "A100-80GB": ("A100-80GB", "-lgip"),
+                 "H100-80GB": ("H100-80GB", "-lgip")}
+
+
+@pytest.mark.parametrize("model", sorted(LGIP_CAPTURES))
+def test_captured_memory_figures_are_what_nvidia_smi_prints(model):
+    """memory_source "capture" is true: every profile the capture shows has the capture's GiB and profile id."""
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_tables
+    from mig_fixtures import mig_tables as capture
+
+    data = mg.GEOMETRY[model]
+    assert data["memory_source"] == "capture"
+    rows = mig_tables.parse_lgip(capture(*LGIP_CAPTURES[model]))
+    assert len(rows) >= 6
+    for row in rows:
+        profile = data["profiles"][row["profile"]]
+        assert (profile["id"], profile["memory_gib"]) == (row["profile_id"], row["memory_gib"]), row["profile"]
+
+
+def test_models_without_a_capture_say_their_memory_figures_are_derived():
+    """The MIG user guide gives fractions of memory, not GiB: a model with no capture must not claim a source."""
+    derived = sorted(model for model, data in mg.GEOMETRY.items() if data["memory_source"] == "derived")
+    assert derived == sorted(set(ALL_MODELS) - set(LGIP_CAPTURES))
+    assert "B200" in derived
+    for model in derived:
+        assert "fractions" in mg.GEOMETRY[model]["memory_note"], model
+    assert mg.GEOMETRY["B200"]["memory_note"].startswith("derived GiB, unconfirmed")
+
+
+def test_memory_source_is_validated_and_overridable():
+    merged = mg.merge_geometry({"B200": {"memory_source": "capture", "memory_note": "site capture 2026-11"}})
+    assert merged["B200"]["memory_source"] == "capture" and mg.GEOMETRY["B200"]["memory_source"] == "derived"
+    with pytest.raises(mg.GeometryError, match=r"^geometry.B200.memory_source: 'guide' must be one of capture, derived"):
+        mg.merge_geometry({"B200": {"memory_source": "guide"}})

@@ -341,5 +341,12 @@ def test_expected_resources_follow_the_device_plugin_strategy():
     config = mplan.evaluate(document, gpus)["configs"]["c"]
     assert mplan.expected_resources(config, "mixed") == {
         "nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-4g.40gb": "2"}
-    assert mplan.expected_resources(config, "single") == {"nvidia.com/gpu": "7"}
+    # single with MIG on GPUs 0-1 and off on GPU 2: the device plugin refuses to start (k8s-device-plugin
+    # internal/rm/device_map.go "all devices on the node must be configured with the same migEnabled value")
+    assert mplan.expected_resources(config, "single") is None
+    assert "same migEnabled value" in mplan.single_strategy_refusal(config)
     assert mplan.expected_resources(config, None) is None
+    uniform = mplan.evaluate({"version": "v1", "mig-configs": {"c": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}, gpus)["configs"]["c"]
+    assert mplan.expected_resources(uniform, "single") == {"nvidia.com/gpu": "21"}
+    assert mplan.single_strategy_refusal(uniform) is None
