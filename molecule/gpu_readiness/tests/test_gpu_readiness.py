@@ -131,7 +131,7 @@ def test_the_sandboxed_agent_wrote_the_metrics_and_its_state(host):
     owner = host.file(METRICS).uid
     assert 61184 <= owner <= 65519, owner
     folder = host.file("/var/lib/prometheus/node-exporter")
-    assert (folder.user, folder.group, folder.mode) == ("root", "gpu-native-readiness", 0o1775)
+    assert (folder.user, folder.group, folder.mode) == ("root", "gpu-native-textfile", 0o1775)
     state = host.file("/var/lib/gpu-native-readiness")
     assert state.is_symlink and state.linked_to == "/var/lib/private/gpu-native-readiness"
     assert host.file("/var/lib/private/gpu-native-readiness/kernel_log_state.json").uid == owner

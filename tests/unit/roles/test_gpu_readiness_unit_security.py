@@ -89,7 +89,7 @@ def test_the_sandboxed_unit_rates_at_most_2_5(tmp_path):
     level, report = exposure(tmp_path, text)
     assert level <= TARGET, report
     lines = directives(text)
-    for wanted in ("DynamicUser=yes", "SupplementaryGroups=systemd-journal gpu-native-readiness",
+    for wanted in ("DynamicUser=yes", "SupplementaryGroups=systemd-journal gpu-native-textfile",
                    "StateDirectory=gpu-native-readiness", "ReadWritePaths=-/var/lib/prometheus/node-exporter",
                    "UMask=0077", "CapabilityBoundingSet=", "ProtectSystem=strict", "ProtectKernelTunables=yes",
                    "ProtectKernelModules=yes", "ProtectControlGroups=yes", "RestrictNamespaces=yes",
@@ -119,7 +119,7 @@ def test_a_custom_state_folder_and_groups_are_rendered(tmp_path):
     text = render_unit(gpu_readiness_state_dir="/var/lib/site/readiness", gpu_readiness_sandbox_groups=["systemd-journal", "adm"])
     lines = directives(text)
     assert "StateDirectory=site/readiness" in lines and "Environment=HOME=/var/lib/site/readiness" in lines
-    assert "SupplementaryGroups=systemd-journal adm gpu-native-readiness" in lines
+    assert "SupplementaryGroups=systemd-journal adm gpu-native-textfile" in lines
     assert exposure(tmp_path, text)[0] <= TARGET
 
 
