@@ -33,6 +33,8 @@ description:
     pods that would be evicted and, in RV(blocked), those a PodDisruptionBudget would refuse right now.
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_k8s
 attributes:
   check_mode:
     description: Can run in check mode and return changed status prediction without modifying target.
@@ -40,6 +42,9 @@ attributes:
   diff_mode:
     description: Returns the node's pods to evict before, and those still there after (or that a budget would keep).
     support: full
+  platform:
+    support: full
+    platforms: posix
 options:
   node:
     description:
