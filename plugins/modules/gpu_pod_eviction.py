@@ -351,7 +351,7 @@ def _api_failure(module, node, exc, result):
         body = _json(exc.body)
         why = "HTTP %s %s" % (exc.status, body.get("message") or exc.reason)
     else:
-        why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
     result = dict(_empty_result(), **result)
     module.fail_json(msg="talking to the Kubernetes API about node %s failed: %s; check the API address, the "
                      "credentials and their rights (get nodes, list pods, create pods/eviction), then run again"
