@@ -57,6 +57,7 @@ _LGIP_CONT = re.compile(r"^\|\s+(?P<ce>\d+)\s+(?P<jpeg>\d+)\s+(?P<ofa>\d+)\s*\|$
 _LGIPP_ROW = re.compile(
     r"^GPU\s+(?P<gpu>\d+)\s+Profile\s+ID\s+(?P<id>\d+)\s+Placements?\s*:\s*\{(?P<starts>[\d,\s]*)\}:(?P<size>\d+)")
 
+
 def parse_lgip(text):
     """Parse ``nvidia-smi mig -lgip``: one dict per GPU and profile."""
     rows = []
