@@ -22,7 +22,7 @@ export ANSIBLE_HOME := $(abspath $(CACHE))/ansible-home
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test setup setup-base host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down
+.PHONY: help test check core-range setup setup-base host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -38,6 +38,18 @@ test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, mo
 	@tests/tools/timed kube-build tests/tools/kube-build-background.sh wait
 	@tests/tools/timed integration $(MAKE) --no-print-directory integration
 	@tests/tools/timed --summary
+
+check: venv collection-link ## the fast inner loop, no podman, no control plane: build check, unit, fuzz, sanity, lint, the ansible-core range
+	@tests/tools/timed build tests/tools/check-build.sh
+	@tests/tools/timed unit $(MAKE) --no-print-directory unit
+	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
+	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
+	@tests/tools/timed lint $(MAKE) --no-print-directory lint
+	@tests/tools/timed core-range $(MAKE) --no-print-directory core-range
+	@tests/tools/timed --summary
+
+core-range: venv collection-link ## sanity (validate-modules, ansible-doc, runtime-metadata, import) and plugin unit tests under ansible-core 2.16, 2.17, 2.18 (cached venvs in .cache/core-range)
+	@tests/tools/core-range.sh
 
 setup: setup-base ## host packages, podman config, venv, image, Kubernetes binaries (each step timed)
 	@tests/tools/timed kube-build $(MAKE) --no-print-directory kube-build

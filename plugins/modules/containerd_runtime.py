@@ -43,6 +43,8 @@ description:
     role does this through a handler).
   - Needs a TOML reader on the managed node, one of C(tomllib) (Python 3.11+), C(tomli) or C(toml)
     (Debian/Ubuntu packages C(python3-tomli), C(python3-toml)).
+extends_documentation_fragment:
+  - gpu_native.fleet.attributes
 options:
   config_path:
     description: containerd's main config file.
@@ -122,6 +124,9 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: full
+  platform:
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""

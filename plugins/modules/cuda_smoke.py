@@ -26,14 +26,23 @@ description:
   - "Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?); with
     O(fail_on_failure=false) it returns RV(passed=false) with that reason instead."
   - The kernel only computes; the module changes nothing and runs in check mode too.
+  - C(nvidia-smi -L) lists the GPUs and MIG devices, through the collection's runner (O(nvidia_smi),
+    O(command_timeout); 30 s by default).
+extends_documentation_fragment:
+  - gpu_native.fleet.node_tools
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_node_tools
+attributes:
+  check_mode:
+    support: full
+    description: The kernel only computes; check mode runs it in full.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 options:
-  nvidia_smi:
-    description: Name or absolute path of C(nvidia-smi), used to list the GPUs and MIG devices (C(-L)).
-    type: str
-    default: nvidia-smi
-  command_timeout:
-    description: Seconds C(nvidia-smi -L) may take (default 30).
-    type: float
   library:
     description: The CUDA driver library to load.
     type: str
@@ -96,7 +105,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import cuda_smoke
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.module_args import nul_byte_message
-from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools, NodeToolsError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 
 
 def _targets(module, tools, notes):
@@ -125,8 +134,7 @@ def main():
             device_timeout=dict(type="int", default=120),
             timeout=dict(type="int", default=900),
             fail_on_failure=dict(type="bool", default=True),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-            command_timeout=dict(type="float"),
+            **node_tools.argument_spec(source=False)
         ),
         supports_check_mode=True,
     )
@@ -140,8 +148,8 @@ def main():
     if not 0 < params["device_timeout"] <= 3600:
         module.fail_json(msg="device_timeout is %d. Fix: pass seconds between 1 and 3600." % params["device_timeout"])
     try:
-        tools = NodeTools(paths={"nvidia-smi": params["nvidia_smi"]}, timeout=params["command_timeout"])
-    except NodeToolsError as exc:
+        tools = node_tools.NodeTools(paths={"nvidia-smi": params["nvidia_smi"]}, timeout=params["command_timeout"])
+    except node_tools.NodeToolsError as exc:
         module.fail_json(msg=str(exc))
     try:
         cuda_smoke.check_library(params["library"])

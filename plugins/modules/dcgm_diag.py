@@ -24,6 +24,18 @@ description:
     prints nothing or prints something that cannot be read never passes.
   - The module only reads; it never changes the GPU. It runs in check mode too (the diagnostic itself is
     read-only), unless O(run_in_check_mode=false).
+extends_documentation_fragment:
+  - gpu_native.fleet.attributes
+attributes:
+  check_mode:
+    support: full
+    description: The diagnostic is read-only, so check mode runs it in full, unless O(run_in_check_mode=false) (then it returns V(skip)).
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 options:
   level:
     description:

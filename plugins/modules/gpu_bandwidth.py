@@ -37,6 +37,18 @@ description:
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
   - gpu_native.fleet.node_tools.captured
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_node_tools
+attributes:
+  check_mode:
+    support: full
+    description: The measurement is read-only, so check mode runs it in full, unless O(run_in_check_mode=false) (then it returns V(skip)).
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 options:
   testcases:
     description:

@@ -28,6 +28,18 @@ description:
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
   - gpu_native.fleet.node_tools.captured
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_node_tools
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes the node (it only derives labels), so check mode runs it in full.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 options:
   captured:
     description:

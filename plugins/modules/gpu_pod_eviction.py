@@ -33,6 +33,8 @@ description:
     pods that would be evicted and, in RV(blocked), those a PodDisruptionBudget would refuse right now.
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_k8s
 attributes:
   check_mode:
     description: Can run in check mode and return changed status prediction without modifying target.
@@ -40,6 +42,9 @@ attributes:
   diff_mode:
     description: Returns the node's pods to evict before, and those still there after (or that a budget would keep).
     support: full
+  platform:
+    support: full
+    platforms: posix
 options:
   node:
     description:
@@ -346,7 +351,7 @@ def _api_failure(module, node, exc, result):
         body = _json(exc.body)
         why = "HTTP %s %s" % (exc.status, body.get("message") or exc.reason)
     else:
-        why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
     result = dict(_empty_result(), **result)
     module.fail_json(msg="talking to the Kubernetes API about node %s failed: %s; check the API address, the "
                      "credentials and their rights (get nodes, list pods, create pods/eviction), then run again"

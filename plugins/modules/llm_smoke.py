@@ -24,6 +24,18 @@ description:
     RV(reasons), never a traceback.
   - It runs wherever the task runs (usually the controller, or a host that can reach the pod's IP). The request
     ignores proxy settings. It changes nothing and runs in check mode too.
+extends_documentation_fragment:
+  - gpu_native.fleet.attributes
+attributes:
+  check_mode:
+    support: full
+    description: The probe only reads, so check mode runs it in full.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: posix
 options:
   base_url:
     description: The server's OpenAI base URL as OpenAI clients take it, ending in C(/v1).

@@ -32,6 +32,16 @@ description:
   - With O(mode=compare) it reads the actual MIG state (C(nvidia-smi -q -x), C(nvidia-smi mig -lgi) and C(-lci))
     or takes it from O(captured), and reports drift from the config named by O(select), with a per-GPU apply plan.
   - The module never changes anything.
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes anything, so check mode runs it in full.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 options:
   config:
     description:
@@ -106,6 +116,8 @@ options:
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
   - gpu_native.fleet.node_tools.captured
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_node_tools
 notes:
   - Supports check mode; the module is read-only either way.
   - M(gpu_native.fleet.mig_layout) applies a config; both plan through the same code.

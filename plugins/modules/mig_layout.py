@@ -27,6 +27,16 @@ description:
   - On a failure half-way it stops, and reports which GPUs were changed (RV(changed_gpus)) and which were not
     (RV(untouched_gpus)); no later step runs.
   - After applying it reads the node again and fails when the layout still drifts.
+attributes:
+  check_mode:
+    support: full
+    description: Reports the plan and C(changed), running only the read-only C(nvidia-smi) calls.
+  diff_mode:
+    support: full
+    description: Returns, per GPU, the MIG layout before and after (or the one it would apply, in check mode).
+  platform:
+    support: full
+    platforms: linux
 options:
   config:
     description: The mig-parted document, as a mapping with C(version) and C(mig-configs).
@@ -91,6 +101,8 @@ options:
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
   - gpu_native.fleet.node_tools.captured
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_node_tools
 notes:
   - Supports check mode (reports the plan and C(changed), runs only the read-only C(nvidia-smi) calls) and diff mode
     (the MIG layout per GPU before and after, as text).

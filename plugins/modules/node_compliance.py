@@ -25,6 +25,20 @@ description:
     textfile and checks that it is at most O(readiness_max_age) seconds old.
   - Tool outputs are cached for the execution, so C(nvidia-smi -q -x) runs once.
   - It never changes the node, and it fails only when its options are wrong; drift is reported in RV(compliant).
+extends_documentation_fragment:
+  - gpu_native.fleet.node_tools
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_node_tools
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes the node, so check mode runs it in full.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 options:
   checks:
     description: The checks to run; the others are reported as V(skip).
@@ -42,15 +56,6 @@ options:
     description: Root prefixed to every file the spec facts read (simulated hosts and tests).
     type: path
     default: /
-  nvidia_smi:
-    description: Path or name of C(nvidia-smi).
-    type: str
-    default: nvidia-smi
-  command_timeout:
-    description:
-      - Seconds each tool call may take before its process group is killed; a timeout is that check's failure,
-        never a hang. Unset, each tool has its own default (C(nvidia-smi) 30 s).
-    type: float
   lspci:
     description: Path or name of C(lspci).
     type: str
@@ -156,7 +161,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.fleet_compliance import CHECKS, run_checks
-from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeToolsError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 
 
 def main():
@@ -166,9 +171,7 @@ def main():
             matrix=dict(type="dict"),
             profile=dict(type="str"),
             spec_root=dict(type="path", default="/"),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
             lspci=dict(type="str", default="lspci"),
-            command_timeout=dict(type="float"),
             pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
             kernel_log=dict(type="str", default="auto"),
             xid_since=dict(type="str", default="24h"),
@@ -180,6 +183,7 @@ def main():
             runtime_binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
             readiness_textfile=dict(type="path"),
             readiness_max_age=dict(type="int", default=600),
+            **node_tools.argument_spec(source=False)
         ),
         supports_check_mode=True,
     )
@@ -192,7 +196,7 @@ def main():
                              % params["spec_root"])
     try:
         result = run_checks(params)
-    except NodeToolsError as exc:
+    except node_tools.NodeToolsError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
 

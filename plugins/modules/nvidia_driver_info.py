@@ -24,6 +24,16 @@ description:
     (C(mokutil --test-key)).
   - The GPUs C(nvidia-smi -L) lists, judged from its output rather than its exit code.
   - Used by the P(gpu_native.fleet.nvidia_driver#role) role; useful on its own for audits.
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes the node, so check mode runs it in full.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 options:
   dkms_module:
     description:
@@ -59,6 +69,8 @@ options:
     default: true
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
+  - gpu_native.fleet.attributes
+  - gpu_native.fleet.attributes.actiongroup_node_tools
 notes:
   - Supports check mode; it never changes anything.
   - In a container the host's kernel has no headers, so DKMS only registers the module (state C(added)),

@@ -29,6 +29,8 @@ description:
     RV(results[].note) says why (for example V(driver not loaded)), and its status is V(fail) when the thing is
     absent or V(unknown) when it could not be determined.
   - The schema of O(matrix) is described in the collection's C(docs/spec_matrix.md).
+extends_documentation_fragment:
+  - gpu_native.fleet.attributes
 options:
   matrix:
     description:
@@ -83,6 +85,9 @@ attributes:
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: linux
 notes:
   - Needs Python 3.8 or newer on the node and nothing else; it runs on any Linux host, with or without GPUs.
   - The device plugin runs as a cluster DaemonSet, not on the node, so its version is the one the profile

@@ -2,6 +2,7 @@
 # Run `ansible-test sanity` on a private copy of the checkout placed under
 # ansible_collections/gpu_native/fleet (ansible-test requires that layout).
 # Extra arguments go to ansible-test, e.g. --test validate-modules.
+# VENV=<venv> runs that venv's ansible-test (tests/tools/core-range.sh: one per ansible-core release).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${VENV:-$repo/.venv}"
@@ -29,7 +30,8 @@ mkdir -p "$dest"
 tests/tools/checkout-files | rsync -a --from0 --files-from=- ./ "$dest/"
 # kubernetes.core (a dependency in galaxy.yml) next to it, as ansible-galaxy installs it, so that
 # validate-modules resolves its doc fragment kubernetes.core.k8s_auth_options (gpu_pod_eviction uses it).
-purelib="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# COLLECTIONS_VENV: the venv whose `ansible` package carries it, when VENV holds ansible-core only (core-range.sh).
+purelib="$("${COLLECTIONS_VENV:-$venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 mkdir -p "$work/ansible_collections/kubernetes"
 rsync -a --exclude __pycache__ "$purelib/ansible_collections/kubernetes/core" "$work/ansible_collections/kubernetes/"
 cd "$dest"

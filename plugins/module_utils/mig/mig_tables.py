@@ -4,7 +4,11 @@
 # Private to the gpu_native.fleet collection: not a public API; it may change in any release.
 # Runs on managed nodes (in the modules that import it, some also in the gpu_readiness agent):
 # standard library only, Python 3.8+.
-"""Parsers for the ``nvidia-smi mig`` tables: ``-lgip``, ``-lgipp``, ``-lgi``, ``-lci``.
+"""Parsers for the ``nvidia-smi mig`` tables the modules read: ``-lgi`` and ``-lci``.
+
+The profile tables (``-lgip``, ``-lgipp``) are read only by the tests that check the MIG geometry catalog
+against real captures (tests/unit/plugins/module_utils/mig/mig_fixtures.py); the modules plan from the
+catalog (mig_geometry).
 
 ``EMPTY_MARKERS`` are the texts nvidia-smi prints (with a non-zero exit) when
 there is nothing to list or destroy; every MIG caller reads them from here.
@@ -38,14 +42,6 @@ EMPTY_MARKERS = (
     "no gpu instance profiles found",
 )
 
-# |   0  MIG 1g.5gb        19     7/7        4.75       No     14     0     0   |
-_LGIP_ROW = re.compile(
-    r"^\|\s*(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<free>\d+)/(?P<total>\d+)\s+"
-    r"(?P<memory>[\d.]+)\s+(?P<p2p>\S+)\s+(?P<sm>\d+)\s+(?P<dec>\d+)\s+(?P<enc>\d+)\s*\|$")
-_LGIP_CONT = re.compile(r"^\|\s+(?P<ce>\d+)\s+(?P<jpeg>\d+)\s+(?P<ofa>\d+)\s*\|$")
-# GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1   (also "Placement :")
-_LGIPP_ROW = re.compile(
-    r"^GPU\s+(?P<gpu>\d+)\s+Profile\s+ID\s+(?P<id>\d+)\s+Placements?\s*:\s*\{(?P<starts>[\d,\s]*)\}:(?P<size>\d+)")
 # |   0  MIG 1g.10gb         19        7          0:1     |
 _LGI_ROW = re.compile(
     r"^\|\s*(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<instance>\d+)\s+(?P<start>\d+):(?P<size>\d+)\s*\|$")
@@ -71,57 +67,6 @@ def _check_unparsed(text, rows, what):
         return  # a table header with no rows
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     raise MigParseError("nvidia-smi mig %s output not recognised (first line: %r)" % (what, first[:120]))
-
-
-def parse_lgip(text):
-    """Parse ``nvidia-smi mig -lgip``: one dict per GPU and profile."""
-    rows = []
-    for line in (text or "").splitlines():
-        line = line.strip()
-        match = _LGIP_ROW.match(line)
-        if match:
-            rows.append({
-                "gpu": int(match.group("gpu")),
-                "profile": match.group("name"),
-                "profile_id": int(match.group("id")),
-                "instances_free": int(match.group("free")),
-                "instances_total": int(match.group("total")),
-                "memory_gib": float(match.group("memory")),
-                "p2p": match.group("p2p"),
-                "sm": int(match.group("sm")),
-                "dec": int(match.group("dec")),
-                "enc": int(match.group("enc")),
-            })
-            continue
-        cont = _LGIP_CONT.match(line)
-        if cont and rows and "ce" not in rows[-1]:
-            rows[-1].update({"ce": int(cont.group("ce")), "jpeg": int(cont.group("jpeg")), "ofa": int(cont.group("ofa"))})
-    _check_unparsed(text, rows, "-lgip")
-    return rows
-
-
-def parse_lgipp(text):
-    """Parse ``nvidia-smi mig -lgipp``: ``{gpu, profile_id, starts, size}``.
-
-    Both spellings, ``Placements:`` and ``Placement :``, are accepted, and
-    anything after the ``{..}:size`` field is ignored.
-    """
-    rows = []
-    for line in (text or "").splitlines():
-        match = _LGIPP_ROW.match(line.strip())
-        if match:
-            starts = [int(s) for s in match.group("starts").replace(" ", "").split(",") if s != ""]
-            rows.append({
-                "gpu": int(match.group("gpu")),
-                "profile_id": int(match.group("id")),
-                "starts": starts,
-                "size": int(match.group("size")),
-            })
-    if not rows:
-        lowered = (text or "").lower()
-        if lowered.strip() and not any(marker in lowered for marker in EMPTY_MARKERS) and "profile id" in lowered:
-            raise MigParseError("nvidia-smi mig -lgipp output not recognised")
-    return rows
 
 
 def parse_lgi(text):

@@ -16,7 +16,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 STANDIN = os.path.join(REPO, "tests", "standins", "nvidia-smi")
 CAPTURE = os.path.join(REPO, "tests", "standins", "captures", "h100x8-healthy")
 sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils", "mig"))
-from mig_fixtures import mig_tables  # noqa: E402
+from mig_fixtures import mig_tables, parse_lgip  # noqa: E402
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_seven_1g_instances_match_the_real_lgi_and_lci(smi):
     assert _table(smi("mig", "-i", "0", "-lci")[1]) == _table(mig_tables("H100-80GB", "-lci"))
     # free counts drop in -lgip
     rc, out = smi("mig", "-i", "0", "-lgip")
-    assert [r["instances_free"] for r in mt.parse_lgip(out)] == [0, 0, 0, 0, 0, 0, 0]
+    assert [r["instances_free"] for r in parse_lgip(out)] == [0, 0, 0, 0, 0, 0, 0]
 
 
 def test_placements_and_refusals(smi):

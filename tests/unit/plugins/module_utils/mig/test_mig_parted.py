@@ -7,7 +7,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_pl
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_plan as mplan
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_tables as mt
 
-from mig_fixtures import config_doc, mig_tables
+from mig_fixtures import config_doc, mig_tables, parse_lgip, parse_lgipp
 
 
 def gpus(device_id, count=8):
@@ -219,7 +219,7 @@ def test_single_strategy_needs_one_profile_everywhere():
 # ---------------------------------------------------------------- parsers (fixture 09)
 
 def test_parse_lgip_a100_40gb():
-    rows = mt.parse_lgip(mig_tables("A100-40GB", "-lgip"))
+    rows = parse_lgip(mig_tables("A100-40GB", "-lgip"))
     assert [(r["profile"], r["profile_id"], r["instances_total"]) for r in rows] == [
         ("1g.5gb", 19, 7), ("1g.5gb+me", 20, 1), ("1g.10gb", 15, 4), ("2g.10gb", 14, 3),
         ("3g.20gb", 9, 2), ("4g.20gb", 5, 1), ("7g.40gb", 0, 1)]
@@ -229,7 +229,7 @@ def test_parse_lgip_a100_40gb():
 
 def test_parse_lgip_h100_matches_geometry_totals_and_ids():
     from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import GEOMETRY
-    rows = mt.parse_lgip(mig_tables("H100-80GB", "-lgip"))
+    rows = parse_lgip(mig_tables("H100-80GB", "-lgip"))
     profiles = GEOMETRY["H100-80GB"]["profiles"]
     assert len(rows) == 7
     for row in rows:
@@ -240,19 +240,19 @@ def test_parse_lgip_h100_matches_geometry_totals_and_ids():
 
 
 def test_parse_lgip_a100_80gb_old_driver_has_no_1g_20gb():
-    rows = mt.parse_lgip(mig_tables("A100-80GB", "-lgip"))
+    rows = parse_lgip(mig_tables("A100-80GB", "-lgip"))
     assert [r["profile"] for r in rows] == ["1g.10gb", "1g.10gb+me", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
     assert rows[0]["memory_gib"] == 9.50
 
 
 def test_parse_lgipp_both_spellings_and_annotations():
     from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_geometry import GEOMETRY
-    rows = mt.parse_lgipp(mig_tables("H100-80GB", "-lgipp"))
+    rows = parse_lgipp(mig_tables("H100-80GB", "-lgipp"))
     assert len(rows) == 7
     by_id = dict((r["profile_id"], (r["starts"], r["size"])) for r in rows)
     for profile in GEOMETRY["H100-80GB"]["profiles"].values():
         assert by_id[profile["id"]] == (profile["starts"], profile["size"])
-    a30 = mt.parse_lgipp(mig_tables("-lgipp A30"))
+    a30 = parse_lgipp(mig_tables("-lgipp A30"))
     assert [(r["profile_id"], r["starts"], r["size"]) for r in a30] == [
         (14, [0, 1, 2, 3], 1), (21, [0, 1, 2, 3], 1), (5, [0, 2], 2), (6, [0, 2], 2), (0, [0], 4)]
     for profile in GEOMETRY["A30"]["profiles"].values():
@@ -273,14 +273,14 @@ def test_parse_lgi_and_lci():
 @pytest.mark.parametrize("parser,text", [
     (mt.parse_lgi, "No GPU instances found: Not Found\n"),
     (mt.parse_lci, "No compute instances found: Not Found\n"),
-    (mt.parse_lgip, "No MIG-enabled devices found.\n"),
+    (parse_lgip, "No MIG-enabled devices found.\n"),
     (mt.parse_lgi, ""),
 ])
 def test_empty_answers_parse_to_no_rows(parser, text):
     assert parser(text) == []
 
 
-@pytest.mark.parametrize("parser", [mt.parse_lgi, mt.parse_lci, mt.parse_lgip])
+@pytest.mark.parametrize("parser", [mt.parse_lgi, mt.parse_lci, parse_lgip])
 def test_unrecognised_output_raises(parser):
     with pytest.raises(mt.MigParseError, match="not recognised"):
         parser("Failed to initialize NVML: Driver/library version mismatch\n")
