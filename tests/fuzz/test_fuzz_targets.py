@@ -14,23 +14,6 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 # Entry points without a fuzz target yet. Only ever remove names from this list.
 STILL_MISSING = frozenset([
-    # modules
-    "cuda_smoke",  # needs the fake libcuda built with cc; its bounds are unit-tested (test_hostile_inputs.py, 15)
-    "gpu_node_labels",
-    "gpu_pod_eviction",  # needs the hostile HTTP server (issue 27, reproducer 11)
-    "llm_smoke",  # needs the hostile HTTP server (issue 27, reproducers 3 and 10)
-    # filters
-    "cordon_decision",
-    "gpu_policy_objects",
-    "k8s_label_problems",
-    "k8s_problems",
-    "nvidia_driver_kernel_module",
-    "nvidia_driver_ubuntu_prebuilt_packages",
-    "preflight_pod_problem",
-    "upgrade_at_version",
-    "upgrade_budget_spent",
-    "upgrade_max_unavailable",
-    "upgrade_summary",
 ])
 
 
