@@ -82,7 +82,7 @@ options:
     description:
       - Seconds for the whole eviction, retries of refused evictions and the wait for the pods to be gone included.
       - Between 1 and 86400.
-      - Every request to the API server shares this deadline (plus 5 seconds for the last round of requests): an
+      - Every request to the API server shares this deadline (plus 5 seconds for the last round of requests). An
         API server, proxy or load balancer that answers byte by byte, or never finishes an answer, fails the task
         then, and the module's process ends with it.
     type: int

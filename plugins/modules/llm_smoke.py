@@ -48,7 +48,7 @@ options:
   timeout:
     description:
       - Seconds for the whole check, all requests together. One deadline covers every step of every request
-        (connect, TLS, headers, body, stream, keep-alive comments, C(100 Continue) answers): a server that answers
+        (connect, TLS, headers, body, stream, keep-alive comments, C(100 Continue) answers), so a server that answers
         byte by byte fails the check at O(timeout), not after many per-read timeouts.
       - Should a step block where no socket timeout reaches (name resolution), the task fails 5 seconds later.
     type: int
