@@ -39,17 +39,19 @@ import time
 from contextlib import contextmanager
 from http.client import HTTPConnection, HTTPSConnection, IncompleteRead
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+
 #: Bytes sent per socket call, so that a server reading slowly meets the deadline too.
 _SEND_CHUNK = 65536
 #: Longest status, header or stream line read (http.client's own limit is 65536).
 MAX_LINE_BYTES = 65536
 
 
-class DeadlineExceeded(socket.timeout):
+class DeadlineExceeded(FleetError, socket.timeout):
     """The exchange's deadline passed: a timeout of the whole exchange, not of one read."""
 
 
-class ResponseTooLarge(ValueError):
+class ResponseTooLarge(FleetError, ValueError):
     """The body (or the stream) is longer than the caller reads."""
 
 
@@ -57,7 +59,8 @@ class TaskDeadlineExceeded(BaseException):
     """The task's deadline passed while the main thread was blocked.
 
     A ``BaseException`` like ``KeyboardInterrupt``: libraries that catch ``Exception`` (or ``OSError``, and retry)
-    must not swallow it. The code that armed :func:`task_deadline` catches it and fails cleanly."""
+    must not swallow it. The code that armed :func:`task_deadline` catches it and fails cleanly. It is therefore the
+    one exception class of the shared code that is not a ``FleetError`` (tests/unit/.../_common/test_errors.py)."""
 
 
 class Deadline(object):

@@ -105,7 +105,7 @@ def check_base_url(base_url):
     return url
 
 
-class HttpFailure(Exception):
+class HttpFailure(FleetError):
     """The server answered, but not with what the probe asked for (an error status, a redirect)."""
 
 
