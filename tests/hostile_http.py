@@ -170,8 +170,8 @@ class HostileServer(object):
         elif mode in ("redirect-302", "redirect-307"):
             code = mode[-3:].encode()
             location = (self.redirect_to or "http://127.0.0.1:9").rstrip("/") + request["path"]
-            sock.sendall(b"HTTP/1.1 " + code + b" Moved\r\nLocation: " + location.encode() +
-                         b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            sock.sendall(b"HTTP/1.1 %s Moved\r\nLocation: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                         % (code, location.encode()))
         elif mode == "huge":
             body = b'{"data": [{"id": "m"}], "pad": "' + b"x" * (5 * 1024 * 1024) + b'"}'
             sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"

@@ -56,12 +56,11 @@ def accepted(variables):
 
 @given(serial=VALUE, max_fail=VALUE, hosts=VALUE)
 def test_what_the_checks_accept_the_play_keywords_can_take(serial, max_fail, hosts):
-    variables = dict((name, value) for name, value in (("onboard_serial", serial),
-                                                      ("onboard_max_fail_percentage", max_fail),
-                                                      ("onboard_hosts", hosts)) if value is not None)
-    validated = accepted(variables)
+    given_values = (("onboard_serial", serial), ("onboard_max_fail_percentage", max_fail), ("onboard_hosts", hosts))
+    validated = accepted(dict((name, value) for name, value in given_values if value is not None))
     if validated is None:
         return
+
     def value(name, default):  # unset options are None in validated_parameters; the play's default() applies
         return default if validated.get(name) is None else validated[name]
     batch = pct_to_int(value("onboard_serial", "100%"), 50)  # raised ValueError on 'abc', '1.5', ''
