@@ -95,11 +95,10 @@ def test_01_dcgm_diag_malformed_output_is_a_clean_failure(capsys, text, cause):
 
 def test_13_dcgm_gpu_ids_cannot_amplify_the_results(capsys):
     text = diag({"gpu_ids": ",".join(["0"] * 50000), "status": "PASS"})
-    started = time.time()
     result = run_module(dcgm_diag, capsys, {"source": "captured", "captured": {"json": text}})
     assert_clean_failure(result, "gpu_ids names more than 1024 GPUs")
+    # the effort bound is the refusal itself: no row is built (it used to return 50,000; 500,000 ids took 143 s)
     assert result["passed"] is False and result["tests"] == []
-    assert time.time() - started < 30  # it used to return 50,000 rows (500,000 took 143 s)
 
 
 def test_13_each_gpu_a_result_names_counts_against_the_result_limit(capsys):
