@@ -11,7 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
@@ -30,6 +30,13 @@ def nvidia_driver_kernel_module(gpus, requested="auto", branch="", open_offered=
     if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence):
         raise AnsibleFilterError("nvidia_driver_kernel_module expects the list of PCI GPUs (nvidia_driver_info's "
                                  "pci_gpus), got %s" % type_name(gpus))
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, Mapping):
+            raise AnsibleFilterError("nvidia_driver_kernel_module: PCI GPU %d is %s, not a mapping with pci_bus_id and "
+                                     "device_id. Fix: pass nvidia_driver_info's pci_gpus as they are" % (position, type_name(gpu)))
+    if installed and not isinstance(installed, str):
+        raise AnsibleFilterError("nvidia_driver_kernel_module: installed is %s, not open, proprietary or null. Fix: "
+                                 "pass nvidia_driver_info's kernel_module_flavour" % type_name(installed))
     return choose_kernel_module(requested, branch, [dict(g) for g in gpus], bool(open_offered), source,
                                 installed or None)
 

@@ -87,6 +87,9 @@ options:
     description:
       - Seconds for the whole eviction, retries of refused evictions and the wait for the pods to be gone included.
       - Between 1 and 86400.
+      - Every request to the API server shares this deadline (plus 5 seconds for the last round of requests). An
+        API server, proxy or load balancer that answers byte by byte, or never finishes an answer, fails the task
+        then, and the module's process ends with it.
     type: int
     default: 300
   wait_sleep:
@@ -195,11 +198,15 @@ skipped:
 
 import copy
 import json
+import os
 import socket
+import sys
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import http_deadline
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s import gpu_pods
 
 try:
@@ -220,29 +227,61 @@ except ImportError:
 
 # Seconds one API request may take (connect and read), so that an unreachable API server is an error, not a hang.
 REQUEST_TIMEOUT = 30
+# Seconds past ``timeout`` for the last round of requests (the eviction loop stops at ``timeout`` itself). At
+# ``timeout`` + this the module fails wherever it is blocked (a read of a dripping answer included), and if that
+# failure is swallowed the process ends a few seconds later: it never outlives its task (issue 27, reproducer 11).
+FINAL_ROUND_S = 5
+# A node's pods (at most a few hundred) list in a few MiB; a larger answer is refused, not held in memory.
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+# Kubernetes objects nest about 10 levels deep; deeper JSON is refused before json recurses.
+MAX_JSON_DEPTH = 100
 
 
 def _json(data):
     if isinstance(data, bytes):
         data = data.decode("utf-8", "replace")
+    data = str(data or "{}")[:MAX_RESPONSE_BYTES]
     try:
-        return json.loads(data or "{}")
+        answer = None if json_nesting_exceeds(data, MAX_JSON_DEPTH) else json.loads(data)
     except ValueError:
-        return {"message": str(data)[:300]}
+        answer = None
+    return answer if isinstance(answer, dict) else {"message": data[:300]}
+
+
+def _body(response):
+    """A successful answer's JSON object; ValueError for one too large, too deep or not a JSON object."""
+    data = response.read(MAX_RESPONSE_BYTES + 1)
+    if len(data) > MAX_RESPONSE_BYTES:
+        raise ValueError("the API server's answer is larger than %d MiB" % (MAX_RESPONSE_BYTES // (1024 * 1024)))
+    text = data.decode("utf-8", "replace")
+    if json_nesting_exceeds(text, MAX_JSON_DEPTH):
+        raise ValueError("the API server's answer nests deeper than %d levels" % MAX_JSON_DEPTH)
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise ValueError("the API server's answer is not a JSON object (%r...)" % text[:60])
+    return answer
 
 
 class ClientApi(object):
     """The calls gpu_pods.Evictor needs, over the kubernetes client; bodies stay plain API JSON."""
 
-    def __init__(self, api_client):
+    def __init__(self, api_client, deadline):
         from kubernetes.client import CoreV1Api, PolicyV1Api  # pylint: disable=import-outside-toplevel
         self.core = CoreV1Api(api_client)
         self.policy = PolicyV1Api(api_client)
+        self.deadline = deadline
+
+    def _timeout(self):
+        """Each request's connect and read timeout: what is left of the task's deadline, at most REQUEST_TIMEOUT."""
+        return self.deadline.timeout(REQUEST_TIMEOUT)
 
     def read_node(self, name):
         try:
-            response = self.core.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-            return _json(response.data)
+            response = self.core.read_node(name, _preload_content=False, _request_timeout=self._timeout())
+            return _body(response)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -250,14 +289,14 @@ class ClientApi(object):
 
     def list_pods(self, node):
         response = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node,
-                                                         _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-        return gpu_pods._list(_json(response.data).get("items"))  # pylint: disable=protected-access
+                                                         _preload_content=False, _request_timeout=self._timeout())
+        return gpu_pods._list(_body(response).get("items"))  # pylint: disable=protected-access
 
     def read_pod(self, namespace, name):
         try:
             response = self.core.read_namespaced_pod(name, namespace, _preload_content=False,
-                                                     _request_timeout=REQUEST_TIMEOUT)
-            return _json(response.data)
+                                                     _request_timeout=self._timeout())
+            return _body(response)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -265,19 +304,19 @@ class ClientApi(object):
 
     def list_pdbs(self, namespace):
         response = self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False,
-                                                                     _request_timeout=REQUEST_TIMEOUT)
-        return gpu_pods._list(_json(response.data).get("items"))  # pylint: disable=protected-access
+                                                                     _request_timeout=self._timeout())
+        return gpu_pods._list(_body(response).get("items"))  # pylint: disable=protected-access
 
     def evict(self, namespace, name, grace_period, dry_run):
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         if grace_period is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_period}
-        kwargs = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
+        kwargs = {"_preload_content": False, "_request_timeout": self._timeout()}
         if dry_run:
             kwargs["dry_run"] = "All"
         try:
             response = self.core.create_namespaced_pod_eviction(name, namespace, body, **kwargs)
-            return response.status, _json(response.data)
+            return response.status, _body(response)
         except ApiException as exc:
             return exc.status, _json(exc.body)
 
@@ -321,7 +360,7 @@ def _check_params(module):
                          **_empty_result())
 
 
-def _connect(module):
+def _connect(module, deadline):
     if KUBERNETES_CORE_ERROR:
         module.fail_json(msg="the kubernetes.core collection is not installed where this module runs; install it "
                          "(ansible-galaxy collection install kubernetes.core, a dependency of gpu_native.fleet)",
@@ -337,7 +376,7 @@ def _connect(module):
     socket.setdefaulttimeout(REQUEST_TIMEOUT)
     try:
         client = get_api_client(**auth)
-        return ClientApi(client.client.client)
+        return ClientApi(client.client.client, deadline)
     except Exception as exc:  # pylint: disable=broad-except
         module.fail_json(msg="cannot connect to the Kubernetes API: %s; point kubeconfig (or K8S_AUTH_KUBECONFIG) "
                          "at a valid kubeconfig, or set host and api_key"
@@ -365,14 +404,28 @@ def _diff(node, selection, result):
             "before_header": "pods to leave node %s" % node, "after_header": "pods still on node %s" % node}
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    _check_params(module)
+def _deadline_message(module):
+    return ("the Kubernetes API did not finish answering within timeout %s s (+%s s for the last requests); check "
+            "the API address in the kubeconfig (a proxy or load balancer that holds answers open?), or raise "
+            "timeout, then run again" % (module.params["timeout"], FINAL_ROUND_S))
+
+
+def _overrun(module):
+    """The deadline's exception was swallowed: report and end the process (the module never outlives its task)."""
+    def report(_message):
+        sys.stdout.write(json.dumps(dict(_empty_result(), failed=True, msg=_deadline_message(module))) + "\n")
+        sys.stdout.flush()
+        os._exit(1)  # pylint: disable=protected-access
+    return report
+
+
+def evict(module, deadline, state):
     params = module.params
     node = params["node"]
-    api = _connect(module)
-    result = _empty_result()
+    api = _connect(module, deadline)
+    result = state["result"]
     evictor = gpu_pods.Evictor(api, node, params["timeout"], params["grace_period"], params["wait_sleep"])
+    state["evictor"] = evictor
     try:
         if api.read_node(node) is None:
             module.fail_json(msg="node %s not found in the cluster; check the node name (kubectl get nodes)" % node,
@@ -401,6 +454,23 @@ def main():
         result["changed"] = bool(result["evicted"])
         _api_failure(module, node, exc, result)
     module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    _check_params(module)
+    seconds = module.params["timeout"] + FINAL_ROUND_S
+    deadline = http_deadline.Deadline(seconds)
+    state = {"result": _empty_result(), "evictor": None}
+    try:
+        with http_deadline.task_deadline(seconds, _deadline_message(module), on_overrun=_overrun(module)):
+            evict(module, deadline, state)
+    except http_deadline.TaskDeadlineExceeded as exc:
+        result = state["result"]
+        if state["evictor"] is not None:
+            result.update(state["evictor"].result)
+        result["changed"] = bool(result["evicted"])
+        module.fail_json(msg=str(exc), **result)
 
 
 if __name__ == "__main__":

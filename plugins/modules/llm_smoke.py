@@ -24,6 +24,8 @@ description:
     RV(reasons), never a traceback.
   - It runs wherever the task runs (usually the controller, or a host that can reach the pod's IP). The request
     ignores proxy settings. It changes nothing and runs in check mode too.
+  - The API key goes only to O(base_url). A redirect is never followed (it fails the check, naming its target),
+    so neither the key nor the prompt reaches another server. Messages never repeat the key or credentials in a URL.
 extends_documentation_fragment:
   - gpu_native.fleet.attributes
 attributes:
@@ -56,7 +58,11 @@ options:
     description: C(max_tokens) sent with the request. Default is twice O(min_tokens), at least 32.
     type: int
   timeout:
-    description: Seconds for the whole check, all requests together.
+    description:
+      - Seconds for the whole check, all requests together. One deadline covers every step of every request
+        (connect, TLS, headers, body, stream, keep-alive comments, C(100 Continue) answers), so a server that answers
+        byte by byte fails the check at O(timeout), not after many per-read timeouts.
+      - Should a step block where no socket timeout reaches (name resolution), the task fails 5 seconds later.
     type: int
     default: 60
   api:
@@ -65,7 +71,10 @@ options:
     choices: [completions, chat]
     default: completions
   api_key:
-    description: "Sent as C(Authorization: Bearer <api_key>) when set."
+    description:
+      - "Sent as C(Authorization: Bearer <api_key>) when set."
+      - Printable ASCII without spaces, at most 4096 characters; a key with a space, a control character or a pasted
+        newline is refused before anything is sent, with a message that does not repeat it.
     type: str
   fail_on_failure:
     description: Fail the task when the check did not pass. With V(false) the verdict is only returned.
@@ -126,7 +135,11 @@ reasons:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.http_deadline import TaskDeadlineExceeded, task_deadline
 from ansible_collections.gpu_native.fleet.plugins.module_utils.serving.llm_probe import DEFAULT_PROMPT, LlmProbeError, probe
+
+# Seconds past timeout after which the task fails wherever it blocks (the probe's own deadline ends it first).
+BACKSTOP_S = 5
 
 
 def main():
@@ -148,11 +161,16 @@ def main():
     if params["max_tokens"] is not None and not 1 <= params["max_tokens"] <= 8192:
         module.fail_json(msg="max_tokens is %d. Fix: pass 1 to 8192." % params["max_tokens"])
     try:
-        result = probe(params["base_url"], model=params["model"], prompt=params["prompt"],
-                       min_tokens=params["min_tokens"], max_tokens=params["max_tokens"], timeout=params["timeout"],
-                       api=params["api"], api_key=params["api_key"])
+        with task_deadline((params["timeout"] or 0) + BACKSTOP_S, "the LLM server did not answer within timeout %s s "
+                           "(+%s s); check that base_url resolves and answers, then run again"
+                           % (params["timeout"], BACKSTOP_S)):
+            result = probe(params["base_url"], model=params["model"], prompt=params["prompt"],
+                           min_tokens=params["min_tokens"], max_tokens=params["max_tokens"], timeout=params["timeout"],
+                           api=params["api"], api_key=params["api_key"])
     except LlmProbeError as exc:
         module.fail_json(msg=str(exc))
+    except TaskDeadlineExceeded as exc:
+        module.fail_json(msg=str(exc), changed=False, passed=False, reasons=[str(exc)])
     if not result["passed"] and params["fail_on_failure"]:
         module.fail_json(msg="LLM smoke test failed: %s" % "; ".join(result["reasons"]), changed=False, **result)
     module.exit_json(changed=False, **result)

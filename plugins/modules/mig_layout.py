@@ -74,6 +74,14 @@ options:
       - When false, a pending change fails the task naming the GPUs.
     type: bool
     default: true
+  timeout:
+    description:
+      - Seconds for the whole run, every C(nvidia-smi) or C(nvidia-mig-parted) call together (each call also keeps
+        its own O(command_timeout)). A layout on many GPUs runs several commands per GPU; once this is spent nothing
+        more runs and the task fails naming the GPUs changed and not changed, as for any failed command.
+      - Between 1 and 86400.
+    type: int
+    default: 1800
   mig_strategy:
     description: The device plugin's C(migStrategy) the config is used with. V(single) adds its consistency check.
     type: str
@@ -204,6 +212,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.http_deadline import Deadline
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.regular_file import kind_of, read_regular
 from ansible_collections.gpu_native.fleet.plugins.module_utils.mig.mig_node import (
     MIG_PARTED,
@@ -295,6 +304,7 @@ def main():
         gpu_reset=dict(type="bool", default=True),
         mig_strategy=dict(type="str", choices=["none", "single", "mixed"]),
         geometry=dict(type="dict"),
+        timeout=dict(type="int", default=1800),
     )
     spec.update(node_tools.argument_spec(tools=("nvidia_smi",)))
     spec["captured"] = dict(type="dict", options=dict(
@@ -302,10 +312,14 @@ def main():
         compute_apps=dict(type="str")))
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     params = module.params
+    if not 1 <= params["timeout"] <= 86400:
+        module.fail_json(msg="timeout is %d. Fix: pass seconds between 1 and 86400 (the whole run's deadline)."
+                         % params["timeout"])
     try:
         tools = node_tools.from_module_params(params, captured=dict(
             (k, v) for k, v in (params.get("captured") or {}).items() if v is not None))
         tools.paths[MIG_PARTED] = params["mig_parted"]
+        tools.deadline = Deadline(params["timeout"])
     except node_tools.NodeToolsError as exc:
         module.fail_json(msg=str(exc))
     if params["source"] == "captured" and not module.check_mode:

@@ -57,3 +57,39 @@ def size_of(value, _depth=0):
     if isinstance(value, str):
         return 1 + len(value)
     return 1
+
+
+class PatternMeter(object):
+    """Stands in for a compiled pattern and records the longest text it was handed.
+
+    A regular expression that can backtrack (``(.+?)(optional)?\\s*$``) costs up to the square of its subject's
+    length inside ``re``, where :func:`effort` sees no Python line. Its effort bound is the length of the longest
+    subject: with every subject at most ``n`` characters, a match costs at most about ``n * n`` steps, whatever the
+    rest of the input holds.
+    """
+
+    def __init__(self, pattern):
+        self.pattern = pattern
+        self.longest = 0
+        self.calls = 0
+
+    def _measure(self, method):
+        def measured(subject, *args, **kwargs):
+            self.calls += 1
+            self.longest = max(self.longest, len(subject))
+            return getattr(self.pattern, method)(subject, *args, **kwargs)
+        return measured
+
+    def __getattr__(self, name):
+        if name in ("match", "search", "fullmatch", "findall", "finditer", "sub", "subn", "split"):
+            return self._measure(name)
+        return getattr(self.pattern, name)
+
+
+def meter_patterns(monkeypatch, module, *names):
+    """Replace ``module.<name>`` patterns with :class:`PatternMeter` s (undone by ``monkeypatch``); returns them."""
+    meters = {}
+    for name in names:
+        meters[name] = PatternMeter(getattr(module, name))
+        monkeypatch.setattr(module, name, meters[name])
+    return meters

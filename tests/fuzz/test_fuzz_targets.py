@@ -1,5 +1,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every module (plugins/modules/*.py) and every filter has a fuzz target (issue 27), by construction.
+"""Every module (plugins/modules/*.py), every filter and every variable a playbook validates
+(``ansible.builtin.validate_argument_spec`` in playbooks/*.yml, named ``<playbook>:<variable>``) has a fuzz target
+(issue 27), by construction.
 
 Each fuzz file names what it fuzzes in ``FUZZ_TARGETS``. A module or filter that no file names fails this test,
 unless it is in ``STILL_MISSING`` below: that list only shrinks (an entry that gained a target fails too, so it
@@ -14,23 +16,6 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 # Entry points without a fuzz target yet. Only ever remove names from this list.
 STILL_MISSING = frozenset([
-    # modules
-    "cuda_smoke",  # needs the fake libcuda built with cc; its bounds are unit-tested (test_hostile_inputs.py, 15)
-    "gpu_node_labels",
-    "gpu_pod_eviction",  # needs the hostile HTTP server (issue 27, reproducer 11)
-    "llm_smoke",  # needs the hostile HTTP server (issue 27, reproducers 3 and 10)
-    # filters
-    "cordon_decision",
-    "gpu_policy_objects",
-    "k8s_label_problems",
-    "k8s_problems",
-    "nvidia_driver_kernel_module",
-    "nvidia_driver_ubuntu_prebuilt_packages",
-    "preflight_pod_problem",
-    "upgrade_at_version",
-    "upgrade_budget_spent",
-    "upgrade_max_unavailable",
-    "upgrade_summary",
 ])
 
 
@@ -61,6 +46,37 @@ def entry_points():
     return modules, sorted(filters)
 
 
+def playbook_variables():
+    """``<playbook>:<variable>`` for every key of every validate_argument_spec argument_spec in playbooks/*.yml."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    found = []
+    folder = os.path.join(REPO, "playbooks")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".yml"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as handle:
+            plays = yaml.safe_load(handle) or []
+        todo = [task for play in plays if isinstance(play, dict) for key in ("pre_tasks", "tasks")
+                for task in play.get(key) or []]
+        while todo:
+            task = todo.pop()
+            if not isinstance(task, dict):
+                continue
+            todo.extend(task.get("block") or [])
+            for action in ("ansible.builtin.validate_argument_spec", "validate_argument_spec"):
+                spec = (task.get(action) or {}).get("argument_spec") if isinstance(task.get(action), dict) else None
+                found.extend("%s:%s" % (name, variable) for variable in spec or {})
+    return sorted(found)
+
+
+def test_every_validated_playbook_variable_has_a_fuzz_target():
+    declared = declared_targets()
+    variables = playbook_variables()
+    assert "onboard.yml:onboard_serial" in variables
+    missing = [name for name in variables if name not in declared]
+    assert missing == [], "no fuzz target names %s: add it to a tests/fuzz file's FUZZ_TARGETS" % ", ".join(missing)
+
+
 def test_the_entry_points_are_found():
     modules, filters = entry_points()
     assert "dcgm_diag" in modules and len(modules) >= 13
@@ -85,5 +101,6 @@ def test_the_missing_list_only_shrinks():
 
 def test_every_declared_target_exists():
     modules, filters = entry_points()
-    unknown = sorted(set(declared_targets()) - set(modules) - set(filters))
-    assert unknown == [], "FUZZ_TARGETS names %s, which is no module or filter" % ", ".join(unknown)
+    unknown = sorted(set(declared_targets()) - set(modules) - set(filters) - set(playbook_variables()))
+    assert unknown == [], "FUZZ_TARGETS names %s, which is no module, filter or validated playbook variable" % (
+        ", ".join(unknown))

@@ -126,6 +126,8 @@ class ToolResult(object):
         if self.status == NO_DRIVER:
             cause = _one_line(self.detail or self.stdout or self.stderr)
             return "%s could not communicate with the NVIDIA driver: %s" % (name, cause)
+        if self.status == TIMEOUT and self.detail:
+            return "%s %s." % (name, self.detail)
         if self.status == TIMEOUT:
             return "%s did not answer within %s s." % (name, _fmt_seconds(self.timeout_s))
         if self.status == FAILED:
@@ -278,7 +280,7 @@ class NodeTools(object):
     """
 
     def __init__(self, source="live", captured=None, paths=None, timeout=None, timeouts=None, path_dirs=None,
-                 runner=None, finder=None):
+                 runner=None, finder=None, deadline=None):
         if source not in ("live", "captured"):
             raise NodeToolsError("source must be live or captured, not %r." % (source,))
         if timeout is not None:
@@ -297,6 +299,10 @@ class NodeTools(object):
         self._runner = runner or run_process
         # ``finder(name)`` -> path or None replaces the PATH lookup (tests).
         self._finder = finder
+        # ``deadline`` (an object with ``left()``, such as http_deadline.Deadline): the task's overall bound. Each
+        # call gets at most the time left; once it is spent, nothing more runs (status timeout), so a module that
+        # runs a tool per device cannot take devices x timeout.
+        self.deadline = deadline
         self.calls = []
 
     def timeout_for(self, tool, timeout=None):
@@ -317,6 +323,14 @@ class NodeTools(object):
         if self.source == "captured":
             return self._replay(tool, args, capture_key)
         limit = self.timeout_for(tool, timeout)
+        if self.deadline is not None:
+            left = self.deadline.left()
+            if left < 1:
+                result = ToolResult(tool, [self.paths.get(tool, tool)] + list(args), TIMEOUT, timeout_s=0,
+                                    detail="not run: the task's overall deadline passed")
+                self.calls.append(result)
+                return result
+            limit = min(limit, left) if limit else left
         binary = self.which(tool)
         if binary is None:
             wanted = self.paths.get(tool, tool)

@@ -226,7 +226,8 @@ def gpu_node_labels(inventory, accelerator, model=None, memory=None):
                                 "Fix: check the driver with gpu_native.fleet.gpu_health, or set the model explicitly.")
         if len(products) > 1:
             raise K8sLabelError("this node mixes GPU models (%s); one gpu.nvidia.com/model label cannot describe them. "
-                                "Fix: set the model explicitly." % ", ".join(products))
+                                "Fix: set the model explicitly."
+                                % ", ".join(" ".join(str(name).split())[:80] for name in products[:8]))
         details["product"] = products[0]
         model_label = label_value_from_text(products[0])
     problem = label_value_problem(model_label)

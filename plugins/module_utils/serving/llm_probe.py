@@ -21,101 +21,104 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import socket
+import re
 import time
 from http.client import HTTPException
-
-try:  # Python 3
-    from urllib.error import HTTPError, URLError
-    from urllib.parse import urlsplit
-    from urllib.request import Request, build_opener, ProxyHandler
-except ImportError:  # pragma: no cover - Python 2 is not supported on nodes
-    raise
+from urllib.parse import urlsplit
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.http_deadline import (
+    Deadline, DeadlineExceeded, Exchange, ResponseTooLarge)
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
 
 #: Responses larger than this are cut and judged malformed.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
-#: At most this many streamed events are read.
+#: At most this many streamed lines are read (events, comments and keep-alives alike).
+MAX_STREAM_LINES = 40000
+#: At most this many streamed events are kept.
 MAX_STREAM_EVENTS = 20000
 #: JSON nesting deeper than this is refused before ``json`` recurses (an OpenAI answer nests about 5 deep).
 MAX_JSON_DEPTH = 64
+#: Bytes of an error answer shown in the reason.
+MAX_ERROR_BODY = 2048
+#: Longest API key accepted (OpenAI keys are about 50 to 170 characters).
+MAX_API_KEY_CHARS = 4096
 DEFAULT_PROMPT = "Write one sentence about GPUs."
+
+# Printable ASCII without the space: what an HTTP header's token68 (RFC 9110, Bearer credentials) may hold.
+_API_KEY_RE = re.compile(r"[\x21-\x7e]+\Z")
+_URL_CREDENTIALS_RE = re.compile(r"(//)[^/?#]*@")
 
 
 class LlmProbeError(FleetError):
     """A caller mistake (bad option)."""
 
 
+def redact_url(text):
+    """``text`` with the ``user:password@`` of any URL in it replaced by ``***@``."""
+    return _URL_CREDENTIALS_RE.sub(r"\1***@", text)
+
+
+def check_api_key(api_key):
+    """Refuse a key that cannot be a Bearer credential, without repeating it (no_log masks only its exact value)."""
+    if api_key is None or api_key == "":
+        return None
+    if not isinstance(api_key, str) or len(api_key) > MAX_API_KEY_CHARS or not _API_KEY_RE.match(api_key):
+        what = "whitespace or control characters" if isinstance(api_key, str) else "a %s" % type(api_key).__name__
+        if isinstance(api_key, str) and len(api_key) > MAX_API_KEY_CHARS:
+            what = "more than %d characters" % MAX_API_KEY_CHARS
+        elif isinstance(api_key, str) and _API_KEY_RE.match(api_key.strip()):
+            what = "leading or trailing whitespace (a pasted newline?)"
+        raise LlmProbeError("api_key holds %s, which an Authorization header cannot carry (the key is not shown). "
+                            "Fix: pass the key alone, printable ASCII without spaces, e.g. with | trim." % what)
+    return api_key
+
+
 def check_base_url(base_url):
-    """``http(s)://host[:port]/.../v1`` as OpenAI clients take it; returns it without a trailing slash."""
+    """``http(s)://host[:port]/.../v1`` as OpenAI clients take it; returns it without a trailing slash.
+
+    Messages never repeat credentials written into the URL."""
     if not isinstance(base_url, str) or not base_url.strip():
         raise LlmProbeError("base_url is empty. Fix: pass the server's OpenAI base URL, e.g. http://10.0.0.5:8000/v1.")
     url = base_url.strip().rstrip("/")
+    shown = redact_url(base_url)
     try:
         parts = urlsplit(url)
         no_host = parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0  # port: ValueError
     except ValueError as exc:
         raise LlmProbeError("base_url %r is not a URL (%s). Fix: pass e.g. http://10.0.0.5:8000/v1 (an IPv6 host "
-                            "in brackets: http://[fd00::5]:8000/v1)." % (base_url, exc))
+                            "in brackets: http://[fd00::5]:8000/v1)." % (shown, redact_url(str(exc))))
+    if "@" in parts.netloc:
+        raise LlmProbeError("base_url %r carries credentials (not shown). Fix: pass only scheme, host, port and "
+                            "path; the key goes in api_key." % shown)
     if no_host:
         raise LlmProbeError("base_url %r is not an http(s) URL with a host. Fix: pass e.g. http://10.0.0.5:8000/v1."
-                            % base_url)
-    if parts.query or parts.fragment or "@" in parts.netloc:
-        raise LlmProbeError("base_url %r carries a query, fragment or credentials. Fix: pass only scheme, host, "
-                            "port and path (credentials go in api_key)." % base_url)
+                            % shown)
+    if parts.query or parts.fragment:
+        raise LlmProbeError("base_url %r carries a query or fragment. Fix: pass only scheme, host, port and path."
+                            % shown)
     if not parts.path.endswith("/v1"):
         raise LlmProbeError("base_url %r does not end in /v1. Fix: pass the OpenAI base URL as clients take it, "
-                            "e.g. %s/v1." % (base_url, url))
+                            "e.g. %s/v1." % (shown, url))
+    if any(ord(char) < 0x21 or ord(char) == 0x7f for char in url):
+        raise LlmProbeError("base_url %r holds whitespace or control characters. Fix: pass the URL alone." % shown)
     return url
 
 
-class _Deadline(object):
-    def __init__(self, seconds):
-        self.end = time.time() + seconds
-        self.seconds = seconds
-
-    def left(self):
-        return max(0.05, self.end - time.time())
-
-    def passed(self):
-        return time.time() >= self.end
-
-
-def _read_capped(response):
-    data = response.read(MAX_RESPONSE_BYTES + 1)
-    if len(data) > MAX_RESPONSE_BYTES:
-        raise ValueError("the response is larger than %d MiB" % (MAX_RESPONSE_BYTES // (1024 * 1024)))
-    return data
-
-
-def _describe_error(exc, url, deadline):
-    if isinstance(exc, HTTPError):
-        body = b""
-        try:
-            body = exc.read(2048)
-        except Exception:  # noqa: BLE001 - the body is only decoration
-            pass
-        detail = " ".join(body.decode("utf-8", "replace").split())[:200]
-        return "%s answered HTTP %d %s%s" % (url, exc.code, exc.reason, (": " + detail) if detail else "")
-    reason = getattr(exc, "reason", exc)
-    if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
-        return "%s did not answer within the %s s timeout" % (url, deadline.seconds)
-    if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason).lower():
-        return "%s refused the connection (is the server listening?)" % url
-    return "%s could not be reached: %s" % (url, reason)
+class HttpFailure(FleetError):
+    """The server answered, but not with what the probe asked for (an error status, a redirect)."""
 
 
 class Client(object):
+    """The probe's requests: one shared deadline (connect, headers, body, stream, keep-alives, ``100 Continue``),
+    no redirect followed, no proxy (the node's proxy settings would send a pod-IP probe to a proxy)."""
+
     def __init__(self, base_url, timeout, api_key=None):
         self.base_url = check_base_url(base_url)
-        self.deadline = _Deadline(timeout)
-        self.api_key = api_key
-        # The node's proxy settings would send a pod-IP probe to a proxy.
-        self.opener = build_opener(ProxyHandler({}))
+        self.deadline = Deadline(timeout)
+        self.api_key = check_api_key(api_key)
 
-    def _request(self, path, body=None):
+    def _open(self, path, body=None):
         url = self.base_url + path
         headers = {"Accept": "application/json", "User-Agent": "gpu_native.fleet llm_smoke"}
         data = None
@@ -124,37 +127,52 @@ class Client(object):
             headers["Content-Type"] = "application/json"
         if self.api_key:
             headers["Authorization"] = "Bearer %s" % self.api_key
-        return url, self.opener.open(Request(url, data=data, headers=headers), timeout=self.deadline.left())
+        exchange = Exchange(url, self.deadline, method="POST" if data is not None else "GET", headers=headers,
+                            body=data)
+        try:
+            if 300 <= exchange.status < 400:
+                raise HttpFailure("%s answered HTTP %d %s redirecting to %s: the probe follows no redirect (the "
+                                  "API key goes only to base_url); point base_url at the server itself"
+                                  % (url, exchange.status, exchange.reason,
+                                     redact_url(str(exchange.location or "nowhere"))[:200]))
+            if exchange.status >= 400 or exchange.status < 200:
+                try:
+                    detail = exchange.read(MAX_ERROR_BODY)
+                except (ResponseTooLarge, HTTPException):
+                    detail = b""
+                detail = " ".join(detail.decode("utf-8", "replace").split())[:200]
+                raise HttpFailure("%s answered HTTP %d %s%s" % (url, exchange.status, exchange.reason,
+                                                                (": " + detail) if detail else ""))
+        except BaseException:
+            exchange.close()
+            raise
+        return url, exchange
 
     def get_json(self, path):
-        url, response = self._request(path)
-        with response:
-            return url, _loads(_read_capped(response), url)
+        url, exchange = self._open(path)
+        with exchange:
+            return url, _loads(exchange.read(MAX_RESPONSE_BYTES), url)
 
     def post_json(self, path, body):
-        url, response = self._request(path, body)
-        with response:
-            return url, _loads(_read_capped(response), url)
+        url, exchange = self._open(path, body)
+        with exchange:
+            return url, _loads(exchange.read(MAX_RESPONSE_BYTES), url)
 
     def post_stream(self, path, body):
         """POST with ``stream: true``; returns (url, [event dicts])."""
-        url, response = self._request(path, body)
+        url, exchange = self._open(path, body)
         events = []
-        size = 0
-        with response:
-            for raw in response:
-                size += len(raw)
-                if size > MAX_RESPONSE_BYTES or len(events) >= MAX_STREAM_EVENTS:
-                    raise ValueError("the stream is longer than the probe reads")
+        with exchange:
+            for raw in exchange.lines(MAX_RESPONSE_BYTES, MAX_STREAM_LINES):
                 line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
-                    continue
+                    continue  # comments (": keep-alive"), event names, blank lines: the deadline still runs
                 payload = line[5:].strip()
                 if payload == "[DONE]":
                     break
+                if len(events) >= MAX_STREAM_EVENTS:
+                    raise ResponseTooLarge("the stream from %s has more than %d events" % (url, MAX_STREAM_EVENTS))
                 events.append(_loads(payload.encode("utf-8"), url))
-                if self.deadline.passed():
-                    raise socket.timeout("timed out")
         return url, events
 
 
@@ -166,6 +184,12 @@ def _loads(data, url):
         return json.loads(text)
     except ValueError as exc:
         raise ValueError("%s returned malformed JSON (%s)" % (url, exc))
+
+
+def _describe_os_error(exc, url):
+    if isinstance(exc, ConnectionRefusedError):
+        return "%s refused the connection (is the server listening?)" % url
+    return "%s could not be reached: %s" % (url, redact_url(str(exc) or type(exc).__name__)[:300])
 
 
 def _choice_text(choice, api):
@@ -253,11 +277,18 @@ def probe(base_url, model=None, prompt=DEFAULT_PROMPT, min_tokens=8, max_tokens=
                 url, tokens, min_tokens))
         if client.deadline.passed():
             result["reasons"].append("the answer took longer than the %s s timeout" % timeout)
-    except (HTTPError, URLError, socket.timeout, OSError) as exc:
-        result["reasons"].append(_describe_error(exc, client.base_url, client.deadline))
+    except HttpFailure as exc:
+        result["reasons"].append(str(exc))
+    except DeadlineExceeded:
+        result["reasons"].append("%s did not answer within the %s s timeout" % (client.base_url, timeout))
+    except OSError as exc:
+        result["reasons"].append(_describe_os_error(exc, client.base_url))
     except HTTPException as exc:
         result["reasons"].append("%s broke the HTTP exchange: %s" % (client.base_url, type(exc).__name__))
-    except ValueError as exc:
+    except ValueError as exc:  # ResponseTooLarge, malformed or too deep JSON
         result["reasons"].append(str(exc))
+    if client.api_key:  # a server may echo the header back in an error body or the completion
+        result["reasons"] = [reason.replace(client.api_key, "***") for reason in result["reasons"]]
+        result["text"] = result["text"].replace(client.api_key, "***")
     result["passed"] = not result["reasons"]
     return result

@@ -39,6 +39,12 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 PROBE_TIMEOUT_S = 30
+#: The API server exchange (connect, TLS, headers, body) as a whole.
+API_TIMEOUT_S = 10
+#: A node object is a few KiB: a larger answer is not one, and is not read to the end.
+API_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+#: A ServiceAccount token is about 1 KiB.
+API_MAX_TOKEN_BYTES = 64 * 1024
 
 # Every metric the agent writes: name -> (type, help).  The help text is the
 # metric's documentation (docs/gpu_readiness.md repeats it).
@@ -192,17 +198,56 @@ def _allocatable_resources(node_object):
     return dict((str(key), int(str(value))) for key, value in allocatable.items() if str(key).startswith("nvidia.com/"))
 
 
-def device_plugin_count(kube, node_name, urlopen=None):
+def device_plugin_count(kube, node_name):
     """nvidia.com/gpu allocatable from the node object, or None when it cannot be read."""
-    resources = device_plugin_resources(kube, node_name, urlopen)
+    resources = device_plugin_resources(kube, node_name)
     return None if resources is None else resources.get("nvidia.com/gpu", 0)
 
 
-def device_plugin_resources(kube, node_name, urlopen=None):
+def read_node_from_api(kube, node_name):
+    """The node object from the API server with the bearer token, or None (with a line on stderr why).
+
+    The token goes only to ``api_url``: ``https://`` unless ``insecure`` (the token would travel in clear), no
+    redirect followed, at most API_MAX_RESPONSE_BYTES read, the whole exchange within API_TIMEOUT_S
+    (module_utils._common.http_deadline)."""
+    from urllib.parse import quote, urlsplit
+    from ansible_collections.gpu_native.fleet.plugins.module_utils._common import http_deadline
+    api_url = str(kube["api_url"]).rstrip("/")
+    try:
+        scheme = urlsplit(api_url).scheme
+    except ValueError:
+        scheme = ""
+    if scheme != "https" and not (scheme == "http" and kube.get("insecure") is True):
+        sys.stderr.write("gpu-native-readiness: kube api_url is not an https:// URL, so the token is not sent; set "
+                         "gpu_readiness_kube_api_url to https://..., or gpu_readiness_kube_insecure: true for a "
+                         "plain-http API server on a trusted network\n")
+        return None
+    if "@" in urlsplit(api_url).netloc:
+        sys.stderr.write("gpu-native-readiness: kube api_url carries credentials; the token file is the credential\n")
+        return None
+    with open(kube["token_file"]) as handle:
+        token = handle.read(API_MAX_TOKEN_BYTES).strip()
+    context = None
+    if scheme == "https":
+        import ssl  # here, not at the top: loading libssl costs every run ~10 ms of CPU
+        context = ssl.create_default_context(cafile=kube.get("ca_file") or None)
+    url = "%s/api/v1/nodes/%s" % (api_url, quote(str(node_name), safe=""))
+    deadline = http_deadline.Deadline(API_TIMEOUT_S)
+    with http_deadline.Exchange(url, deadline, headers={"Authorization": "Bearer " + token,
+                                                        "Accept": "application/json"}, context=context) as answer:
+        if answer.status != 200:
+            where = " redirecting elsewhere (not followed)" if answer.location else ""
+            sys.stderr.write("gpu-native-readiness: the API server answered HTTP %d%s for node %s\n"
+                             % (answer.status, where, node_name))
+            return None
+        return json.loads(answer.read(API_MAX_RESPONSE_BYTES).decode("utf-8"))
+
+
+def device_plugin_resources(kube, node_name):
     """The node object's nvidia.com/* allocatable ({resource: count}), or None when it cannot be read.
 
     Tried in order: the API server with a bearer token (``api_url``,
-    ``token_file``, ``ca_file``), then ``kubectl`` with ``kubeconfig`` (and
+    ``token_file``, ``ca_file``, ``insecure``), then ``kubectl`` with ``kubeconfig`` (and
     ``client_certificate``/``client_key`` when set).
     The kubelet's pod-resources API is gRPC over a unix socket, which the
     standard library cannot speak; the node object carries the same count.
@@ -210,19 +255,9 @@ def device_plugin_resources(kube, node_name, urlopen=None):
     kube = kube or {}
     if kube.get("api_url") and kube.get("token_file") and os.path.exists(kube["token_file"]):
         try:
-            import ssl  # here, not at the top: loading libssl costs every run ~10 ms of CPU
-            from urllib.request import Request
-            from urllib.request import urlopen as default_urlopen
-            with open(kube["token_file"]) as handle:
-                token = handle.read().strip()
-            request = Request("%s/api/v1/nodes/%s" % (kube["api_url"].rstrip("/"), node_name),
-                              headers={"Authorization": "Bearer " + token, "Accept": "application/json"})
-            context = None
-            if kube["api_url"].startswith("https"):
-                context = ssl.create_default_context(cafile=kube.get("ca_file") or None)
-            opener = urlopen or default_urlopen
-            response = opener(request, timeout=10, context=context) if context else opener(request, timeout=10)
-            return _allocatable_resources(json.loads(response.read().decode("utf-8")))
+            node_object = read_node_from_api(kube, node_name)
+            if node_object is not None:
+                return _allocatable_resources(node_object)
         except Exception:  # noqa: BLE001 - any failure means "not reachable"; the metric is then absent
             pass
     kubectl = kube.get("kubectl")

@@ -179,11 +179,12 @@ def test_device_plugin_count_from_node_object(node, tmp_path):
         token = tmp_path / "token"
         token.write_text("s3cret\n")
         api = "http://127.0.0.1:%d" % server.server_port
-        assert agent.device_plugin_count({"api_url": api, "token_file": str(token)}, "gpu-node-1") == 7
+        kube = {"api_url": api, "token_file": str(token), "insecure": True}
+        assert agent.device_plugin_count(kube, "gpu-node-1") == 7
         token.write_text("wrong\n")
-        assert agent.device_plugin_count({"api_url": api, "token_file": str(token)}, "gpu-node-1") is None
+        assert agent.device_plugin_count(kube, "gpu-node-1") is None
         token.write_text("s3cret\n")
-        config, output = node("h100x8-healthy", kube={"api_url": api, "token_file": str(token)})
+        config, output = node("h100x8-healthy", kube=kube)
         agent.main(["--config", config])
         found = metrics(output)
         assert found["gpu_native_node_device_plugin_gpus"][0][1] == 7.0

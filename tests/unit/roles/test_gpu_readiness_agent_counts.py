@@ -36,7 +36,7 @@ def test_time_sliced_node_counts_per_resource(node, tmp_path, shared, ready):  #
     try:
         token = tmp_path / "token"
         token.write_text("t\n")
-        kube = {"api_url": "http://127.0.0.1:%d" % server.server_port, "token_file": str(token)}
+        kube = {"api_url": "http://127.0.0.1:%d" % server.server_port, "token_file": str(token), "insecure": True}
         config, output = node("h100x8-healthy", kube=kube, device_plugin_config=RENAMED_X4)
         assert agent.main(["--config", config]) == 0
         found = metrics(output)

@@ -37,3 +37,14 @@ def test_prebuilt_packages_and_their_refusal():
 
 def test_filters_are_registered():
     assert set(FilterModule().filters()) == {"nvidia_driver_kernel_module", "nvidia_driver_ubuntu_prebuilt_packages"}
+
+
+@pytest.mark.parametrize("gpus,installed,message", [
+    (["10de:2330"], None, "PCI GPU 0 is str, not a mapping"),
+    ([None], None, "PCI GPU 0 is null, not a mapping"),
+    ([], {"open": True}, "installed is dict, not open, proprietary or null"),
+])
+def test_malformed_input_is_the_filters_own_error(gpus, installed, message):
+    """Found by tests/fuzz/test_filters_fuzz.py: a raw ValueError/TypeError before."""
+    with pytest.raises(AnsibleFilterError, match=message):
+        nvidia_driver_kernel_module(gpus, "auto", "570", True, "test", installed)

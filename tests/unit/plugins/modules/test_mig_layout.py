@@ -155,3 +155,32 @@ def test_mig_parted_gets_the_whole_config(node, capsys, tmp_path):
 def test_captured_source_only_plans(node, capsys):
     result = node.run(capsys, "balanced", source="captured", captured={"nvidia_smi_xml": "<x/>"})
     assert result["failed"] is True and result["msg"].startswith("source=captured only plans")
+
+
+class _Spending(object):
+    """A deadline whose time runs out after ``calls`` tool calls (a tool that takes its whole timeout, faked)."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __call__(self, _seconds):
+        return self
+
+    def left(self):
+        self.calls -= 1
+        return 1000.0 if self.calls >= 0 else 0.0
+
+
+def test_the_runs_deadline_stops_the_per_gpu_commands(node, capsys, monkeypatch):
+    """Issue 27: a module that runs a tool per GPU keeps an overall deadline (timeout), not GPUs x command_timeout."""
+    monkeypatch.setattr(mig_layout, "Deadline", _Spending(calls=3))
+    result = node.run(capsys, "balanced", timeout=60)
+    assert result["failed"] is True and "not run: the task's overall deadline passed" in result["msg"], result["msg"]
+    assert "GPUs changed before the failure" in result["msg"] and "Fix:" in result["msg"]
+    assert len(node.calls()) <= 3
+
+
+def test_timeout_is_bounded(node, capsys):
+    result = node.run(capsys, "balanced", timeout=0)
+    assert result["failed"] is True and result["msg"].startswith("timeout is 0. Fix:")
+    assert node.calls() == []

@@ -117,3 +117,20 @@ def test_run_command_adapter(tmp_path):
     assert tools.run_command([str(tmp_path / "nope")])[0] == 127
     rc, _out, err = tools.run_command([tool, "-k"])
     assert rc == 124 and "did not answer within 1 s" in err
+
+
+def test_an_overall_deadline_bounds_each_call_and_then_stops_running():
+    from ansible_collections.gpu_native.fleet.plugins.module_utils._common.http_deadline import Deadline
+    clock = [0.0]
+    given = []
+
+    def runner(argv, timeout, env_update=None):
+        given.append(timeout)
+        clock[0] += 25  # each call takes 25 s
+        return 0, b"ok\n", b"", False, False, 25.0
+    tools = NodeTools(runner=runner, finder=lambda name: "/usr/bin/" + name, deadline=Deadline(60, clock=lambda: clock[0]))
+    results = [tools.run("nvidia-smi", ["-i", str(i)]) for i in range(5)]
+    assert [r.status for r in results] == [node_tools.OK, node_tools.OK, node_tools.OK, node_tools.TIMEOUT,
+                                           node_tools.TIMEOUT]
+    assert given == [30, 30, 10]  # nvidia-smi's own 30 s, then only what is left of the 60 s
+    assert results[3].message == "nvidia-smi not run: the task's overall deadline passed."

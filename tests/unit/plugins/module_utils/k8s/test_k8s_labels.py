@@ -104,6 +104,9 @@ def test_explicit_values_win_and_need_no_gpus():
     ({"gpus": [{"product": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920},
                {"product": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}]}, ("nvidia-gpu",),
      "mixes GPU models (NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3)"),
+    ({"gpus": [{"product": "NVIDIA\nA100", "memory_total_mib": 81920},  # found by the fuzz target: one line only
+               {"product": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}]}, ("nvidia-gpu",),
+     "mixes GPU models (NVIDIA A100, NVIDIA H100 80GB HBM3)"),
     ({"gpus": [{"product": "NVIDIA H100 80GB HBM3", "memory_total_mib": None}]}, ("nvidia-gpu",),
      "no GPU memory size"),
     ({"gpus": []}, ("nvidia gpu", "M", "8Gi"), "accelerator:"),
