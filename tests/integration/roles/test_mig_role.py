@@ -12,7 +12,8 @@ annotations it was given (the TTL controller adds node.alpha.kubernetes.io/ttl),
 the node's resourceVersion (controllers write to a node: `role_view` compares what the role could change), a paused
 DaemonSet pod leaves at once (it is deleted gracefully and stays until its kubelet finalizes it), and the Events of
 a Node may go to any namespace (a real API server accepts an Event with eventTime about a cluster-scoped object only
-in `default` or `kube-system`).
+in `default` or `kube-system`), and the role's are the only Events about its node (the node lifecycle controller
+records RegisteredNode and others: `events` keeps those the role reported).
 """
 import json
 import os
@@ -118,9 +119,11 @@ def _node(plane, tmp_path, seed, daemonsets=()):
             return plane.api("GET", "/api/v1/namespaces/%s/pods" % namespace)["items"]
 
         def events(self):
+            """The role's Events about the node (the node lifecycle controller records its own, RegisteredNode...)."""
             selector = urllib.parse.quote("involvedObject.kind=Node,involvedObject.name=" + name)
             items = plane.api("GET", "/api/v1/namespaces/default/events?fieldSelector=" + selector)["items"]
-            return sorted(items, key=lambda e: e["eventTime"])
+            return sorted((e for e in items if e.get("reportingComponent") == "gpu_native.fleet.mig"),
+                          key=lambda e: e["eventTime"])
 
         def calls(self):
             path = state.parent / "calls.log"
