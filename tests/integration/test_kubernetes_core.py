@@ -281,3 +281,81 @@ def test_kubernetes_core_modules_work_as_the_onboarding_job(kube_cluster, kube_n
     finally:
         plane.request("DELETE", "/api/v1/nodes/" + node)
         plane.request("DELETE", "/apis/node.k8s.io/v1/runtimeclasses/" + rc_name)
+
+
+POLICIES_PLAYBOOK = """
+- name: The policies job's calls (roles/gpu_policies/tasks/apply.yml), as the policies job
+  hosts: localhost
+  gather_facts: false
+  vars:
+    labels: {app.kubernetes.io/managed-by: gpu_native.fleet}
+    policy:
+      apiVersion: admissionregistration.k8s.io/v1
+      kind: ValidatingAdmissionPolicy
+      metadata: {name: "{{ name }}", labels: "{{ labels }}"}
+      spec:
+        failurePolicy: Fail
+        matchConstraints:
+          resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+        validations: [{expression: "true"}]
+    binding:
+      apiVersion: admissionregistration.k8s.io/v1
+      kind: ValidatingAdmissionPolicyBinding
+      metadata: {name: "{{ name }}", labels: "{{ labels }}"}
+      spec: {policyName: "{{ name }}", validationActions: [Audit]}
+  tasks:
+    - name: Read the cluster's APIs
+      kubernetes.core.k8s_cluster_info:
+      register: info
+    - name: Apply
+      kubernetes.core.k8s: {state: present, apply: true, definition: "{{ item }}"}
+      loop: ["{{ policy }}", "{{ binding }}"]
+    - name: Apply again
+      kubernetes.core.k8s: {state: present, apply: true, definition: "{{ item }}"}
+      loop: ["{{ policy }}", "{{ binding }}"]
+      register: again
+    - name: Find them by name and label
+      kubernetes.core.k8s_info:
+        api_version: "{{ item.apiVersion }}"
+        kind: "{{ item.kind }}"
+        name: "{{ item.metadata.name }}"
+        label_selectors: [app.kubernetes.io/managed-by=gpu_native.fleet]
+      loop: ["{{ binding }}", "{{ policy }}"]
+      register: found
+    - name: Remove them
+      kubernetes.core.k8s: {state: absent, api_version: "{{ item.apiVersion }}", kind: "{{ item.kind }}",
+                            name: "{{ item.metadata.name }}"}
+      loop: ["{{ binding }}", "{{ policy }}"]
+    - name: A node is none of the policies job's business
+      kubernetes.core.k8s_info: {kind: Node, name: "{{ name }}"}
+      register: node_read
+      failed_when: false
+    - name: Save the results
+      ansible.builtin.copy:
+        dest: "{{ results_path }}"
+        mode: "0600"
+        content: "{{ {'again': again, 'found': found, 'node_read': node_read,
+                      'vap': 'ValidatingAdmissionPolicy' in info.apis['admissionregistration.k8s.io/v1']} | to_json }}"
+"""
+
+
+def test_the_policies_job_applies_finds_and_removes_admission_policies(kube_cluster, kube_job_kubeconfig,
+                                                                       run_playbook, tmp_path):
+    """rbac/policies.yml allows what roles/gpu_policies/tasks/apply.yml calls, and nothing about nodes."""
+    name = "gpu-native-rbac-" + secrets.token_hex(3)
+    results_path = tmp_path / "policies.json"
+    try:
+        run = run_playbook(POLICIES_PLAYBOOK, kube_job_kubeconfig("policies"),
+                           ["-e", json.dumps({"name": name, "results_path": str(results_path)})])
+        assert run.returncode == 0, run.stdout[-4000:]
+        r = json.loads(results_path.read_text())
+        assert r["vap"] is True
+        assert [item["changed"] for item in r["again"]["results"]] == [False, False]
+        assert [len(item["resources"]) for item in r["found"]["results"]] == [1, 1]
+        refusal = json.dumps(r["node_read"]).replace("\\", "")
+        assert "gpu-native-policies" in refusal and 'cannot get resource "nodes"' in refusal, r["node_read"]
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            assert kube_cluster.request("GET", "/apis/admissionregistration.k8s.io/v1/%s/%s" % (kind, name))[0] == 404
+    finally:
+        kube_cluster.request("DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/" + name)
+        kube_cluster.request("DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/" + name)
