@@ -20,7 +20,11 @@ lifecycle, serviceaccount and its token controller, disruption, ...) and the sch
 (no node runs pods), kube-proxy, a CNI, CoreDNS.  etcd listens on plain HTTP on 127.0.0.1 and does not fsync
 (``--unsafe-no-fsync``): its data is thrown away with the control plane.
 
-Standard library plus ``cryptography`` (in the test venv) for the certificates.
+Also here, for the tests: ``KubeletStandin`` (writes, through the API only, the node and pod status a kubelet would)
+and ``job_credentials`` (the collection's ClusterRoles from ``rbac/``, a ServiceAccount bound to one job's role and
+its token from the TokenRequest API, so that the roles run as that job and not as admin).
+
+Standard library plus ``cryptography`` (in the test venv) for the certificates and PyYAML for ``rbac/*.yml``.
 """
 import argparse
 import base64
