@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from kube_cluster import ControlPlane, ControlPlaneError
+from kube_cluster import ControlPlane, ControlPlaneError, job_credentials
 import testlib
 
 testlib.link_collection()
@@ -89,6 +89,24 @@ def kube_namespace(kube_cluster):
 def kube_kubeconfig(kube_cluster, kube_namespace, tmp_path):
     """An admin kubeconfig for the real control plane whose context defaults to this test's namespace."""
     return kube_cluster.write_kubeconfig(str(tmp_path / "kube-admin.kubeconfig"), namespace=kube_namespace)
+
+
+@pytest.fixture
+def kube_job_kubeconfig(kube_cluster, kube_namespace, tmp_path):
+    """kube_job_kubeconfig(job, namespaces=()) -> the path of a kubeconfig for the real control plane that holds
+    only a service-account token bound to the collection's ClusterRole for `job` (rbac/<job>.yml: onboarding,
+    upgrades, compliance, policies; for onboarding and upgrades also rbac/namespaced.yml, bound in `namespaces`,
+    default this test's namespace).  Not admin: a verb the shipped role lacks fails the test with 403."""
+    created = []
+
+    def make(job, namespaces=()):
+        token, cleanup = job_credentials(kube_cluster, job, kube_namespace, namespaces)
+        created.extend(cleanup)
+        return kube_cluster.write_kubeconfig(str(tmp_path / ("kube-%s.kubeconfig" % job)), namespace=kube_namespace,
+                                             token=token)
+    yield make
+    for path in created:
+        kube_cluster.request("DELETE", path)
 
 
 @pytest.fixture

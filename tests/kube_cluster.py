@@ -20,7 +20,11 @@ lifecycle, serviceaccount and its token controller, disruption, ...) and the sch
 (no node runs pods), kube-proxy, a CNI, CoreDNS.  etcd listens on plain HTTP on 127.0.0.1 and does not fsync
 (``--unsafe-no-fsync``): its data is thrown away with the control plane.
 
-Standard library plus ``cryptography`` (in the test venv) for the certificates.
+Also here, for the tests: ``KubeletStandin`` (writes, through the API only, the node and pod status a kubelet would)
+and ``job_credentials`` (the collection's ClusterRoles from ``rbac/``, a ServiceAccount bound to one job's role and
+its token from the TokenRequest API, so that the roles run as that job and not as admin).
+
+Standard library plus ``cryptography`` (in the test venv) for the certificates and PyYAML for ``rbac/*.yml``.
 """
 import argparse
 import base64
@@ -438,6 +442,167 @@ class ControlPlane:
     def delete_namespace(self, name):
         """Start the namespace's deletion (the namespace controller finishes it); do not wait."""
         self.request("DELETE", "/api/v1/namespaces/" + name)
+
+
+# --- a kubelet stand-in: no kubelet runs here, so pod and node status are written through the API -------------
+class KubeletStandin:
+    """What a kubelet would write for `nodes`, and nothing else, through the real API (it answers no request).
+
+    A background thread, every `interval` seconds: the nodes' status (Ready=True with a fresh heartbeat, capacity
+    and allocatable: cpu, memory, pods and `gpus` nvidia.com/gpu), so the node lifecycle controller lifts its
+    not-ready taint and the scheduler may place pods; each pod bound to one of them Running with Ready=True (what
+    a PodDisruptionBudget counts as healthy), pods in `pending` (namespace/name) left Pending; and a pod deleted
+    gracefully (a deletionTimestamp) removed with gracePeriodSeconds=0, as a kubelet does once the containers
+    have stopped (unless `finalize` is false).  Use as a context manager: the thread stops at exit."""
+
+    def __init__(self, plane, nodes, gpus=8, interval=0.3, pending=(), finalize=True):
+        import threading  # pylint: disable=import-outside-toplevel
+        self.plane, self.nodes, self.gpus, self.interval = plane, list(nodes), gpus, interval
+        self.pending = set(pending)
+        self.finalize = finalize  # False: a kubelet whose containers never stop (pods stay terminating)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kubelet-standin", daemon=True)
+        self._last_heartbeat = -1e9
+        self._since = self._now()  # Ready since the stand-in started
+        self.errors = []
+
+    def __enter__(self):
+        self.sync()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            try:
+                self.sync()
+            except Exception as exc:  # pylint: disable=broad-except  (kept for the test to show)
+                self.errors.append(repr(exc))
+
+    def _now(self):
+        return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def sync(self):
+        now = self._now()
+        heartbeat = time.monotonic() - self._last_heartbeat >= 2  # a kubelet posts its status every 10 s by default
+        if heartbeat:
+            self._last_heartbeat = time.monotonic()
+        for node in self.nodes:
+            resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(self.gpus)}
+            if heartbeat:
+                self._post_node_status(node, resources, now)
+            self._sync_pods(node, now)
+
+    def _post_node_status(self, node, resources, now):
+        self.plane.request("PATCH", "/api/v1/nodes/%s/status" % node, {"status": {
+            "capacity": resources, "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet stand-in (tests/kube_cluster.py)",
+                            "lastHeartbeatTime": now, "lastTransitionTime": self._since}]}},
+            content_type="application/strategic-merge-patch+json")
+
+    def _sync_pods(self, node, now):
+        status, answer = self.plane.request("GET", "/api/v1/pods?fieldSelector=spec.nodeName%%3D%s" % node)
+        if status == 200:
+            for pod in answer.get("items", []):
+                meta = pod["metadata"]
+                path = "/api/v1/namespaces/%s/pods/%s" % (meta["namespace"], meta["name"])
+                if meta.get("deletionTimestamp"):
+                    if not self.finalize:
+                        continue
+                    self.plane.request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                        "gracePeriodSeconds": 0,
+                                                        "preconditions": {"uid": meta["uid"]}})
+                elif pod.get("status", {}).get("phase") != "Running" and \
+                        "%s/%s" % (meta["namespace"], meta["name"]) not in self.pending:
+                    ready = [{"type": kind, "status": "True", "lastTransitionTime": now}
+                             for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
+                    self.plane.request("PATCH", path + "/status", {"status": {
+                        "phase": "Running", "conditions": ready, "startTime": now, "podIP": "10.244.0.10",
+                        "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "",
+                                               "ready": True, "restartCount": 0, "started": True,
+                                               "state": {"running": {"startedAt": now}}}
+                                              for c in pod["spec"]["containers"]]}},
+                        content_type="application/strategic-merge-patch+json")
+
+
+# --- the collection's RBAC (rbac/*.yml), a service account per job, a kubeconfig from its token -----------------
+RBAC_DIR = os.path.join(REPO_ROOT, "rbac")
+JOBS = ("onboarding", "upgrades", "compliance", "policies")
+NAMESPACED_ROLE = "namespaced"  # rbac/namespaced.yml: bound with RoleBindings by the jobs that create pods
+JOBS_WITH_NAMESPACED_ROLE = ("onboarding", "upgrades")
+
+
+def rbac_cluster_roles():
+    """{file stem: ClusterRole} of every rbac/*.yml the collection ships (each file holds one ClusterRole)."""
+    import yaml  # pylint: disable=import-outside-toplevel  (in the test venv; the launcher itself needs no YAML)
+    roles = {}
+    for name in sorted(os.listdir(RBAC_DIR)):
+        if name.endswith(".yml"):
+            with open(os.path.join(RBAC_DIR, name), encoding="utf-8") as handle:
+                roles[name[:-4]] = yaml.safe_load(handle)
+    return roles
+
+
+def apply_rbac(plane):
+    """Create or update the shipped ClusterRoles on `plane` exactly as the files say (as admin)."""
+    roles = rbac_cluster_roles()
+    for role in roles.values():
+        path = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+        status, answer = plane.request("POST", path, role)
+        if status == 409:
+            current = plane.api("GET", path + "/" + role["metadata"]["name"])
+            body = dict(role, metadata=dict(role["metadata"], resourceVersion=current["metadata"]["resourceVersion"]))
+            plane.api("PUT", path + "/" + role["metadata"]["name"], body)
+        elif status != 201:
+            raise AssertionError("creating ClusterRole %s answered %d: %s" % (role["metadata"]["name"], status, answer))
+    return roles
+
+
+def job_credentials(plane, job, namespace, namespaces=(), expiration=3600):
+    """A ServiceAccount `gpu-native-<job>` in `namespace` bound to the job's ClusterRole (ClusterRoleBinding) and, for
+    the jobs that create pods, to rbac/namespaced.yml by a RoleBinding in each of `namespaces` (default: `namespace`);
+    its token from the TokenRequest API (what `kubectl create token` calls).
+
+    Returns (token, cluster-scoped object paths to delete afterwards).  Waits until the authorizer honours the
+    binding (its cache follows the API by a moment), checked with a SelfSubjectAccessReview under the token."""
+    if job not in JOBS:
+        raise ValueError("job %r is not one of %s" % (job, ", ".join(JOBS)))
+    roles = apply_rbac(plane)
+    account = "gpu-native-" + job
+    plane.api("POST", "/api/v1/namespaces/%s/serviceaccounts" % namespace,
+              {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}}, expect=(201, 409))
+    subject = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    binding = "gpu-native-test-%s-%s" % (job, namespace)
+    plane.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": binding},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": roles[job]["metadata"]["name"]},
+        "subjects": subject}, expect=(201, 409))
+    if job in JOBS_WITH_NAMESPACED_ROLE:
+        for target in namespaces or (namespace,):
+            plane.api("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings" % target, {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "gpu-native-%s-namespaced" % job},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": roles[NAMESPACED_ROLE]["metadata"]["name"]},
+                "subjects": subject}, expect=(201, 409))
+    answer = plane.api("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, account), {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": expiration}})
+    token = answer["status"]["token"]
+    rule = roles[job]["rules"][0]
+
+    def honoured():
+        status, review = plane.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"group": rule["apiGroups"][0], "resource": rule["resources"][0],
+                                            "verb": rule["verbs"][0]}}}, token=token)
+        return status == 201 and review.get("status", {}).get("allowed")
+    plane.wait_for("the ClusterRoleBinding %s to be honoured" % binding, honoured, timeout=30)
+    return token, ["/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + binding]
 
 
 def _die_with_parent():

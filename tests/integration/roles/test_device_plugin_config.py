@@ -1,16 +1,22 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""device_plugin_config role against the Kubernetes API stand-in (ansible-playbook on localhost)."""
+"""device_plugin_config role against the real Kubernetes control plane (ansible-playbook on localhost).
+
+The control plane is the shared upstream one (tests/kube_cluster.py). Each test has a Node of its own and a device
+plugin namespace of its own, prepared as docs/rbac.md tells an operator to (the namespace exists, rbac/namespaced.yml
+is bound in it), and the role runs with the token of the onboarding job's ServiceAccount (rbac/onboarding.yml), not
+as admin.
+
+The stand-in let the role do anything; under the onboarding job's role one collection defect showed: the role
+patched the existing device plugin namespace on every run (kubernetes.core.k8s state=present), which needs a right
+to change any namespace, Pod Security labels included. It now reads the namespace and creates it only when missing.
+"""
 import json
-import os
-import sys
+import secrets
 
 import pytest
 import yaml
 
-sys.path.insert(0, os.path.dirname(__file__))
-from standin_helpers import NotFound, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
-
-NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "labels": {"team": "ml"}}}
+from testlib import run_ansible_playbook
 
 PLAY = """
 - hosts: localhost
@@ -21,26 +27,45 @@ PLAY = """
 """
 
 
+class Api(object):
+    """This test's view of the control plane: its node, its device plugin namespace, the job's kubeconfig."""
+
+    def __init__(self, plane, node_name, namespace, kubeconfig):
+        self.plane, self.node_name, self.namespace, self.kubeconfig = plane, node_name, namespace, kubeconfig
+
+    def node(self):
+        return self.plane.api("GET", "/api/v1/nodes/" + self.node_name)
+
+    def configmap(self):
+        """The published ConfigMap, or None when there is none."""
+        status, answer = self.plane.request(
+            "GET", "/api/v1/namespaces/%s/configmaps/nvidia-device-plugin-configs" % self.namespace)
+        assert status in (200, 404), answer
+        return answer if status == 200 else None
+
+
 @pytest.fixture
-def api(tmp_path):
-    server, kubeconfig = start_k8s_standin(tmp_path, [NODE])
-    server.kubeconfig = kubeconfig
-    yield server
-    server.stop()
+def api(kube_cluster, kube_job_kubeconfig):
+    """A Node of this test and its device plugin namespace, prepared as docs/rbac.md says an operator does: the
+    namespace exists and rbac/namespaced.yml is bound in it; the role runs as the onboarding job."""
+    node_name = "gpu-node-" + secrets.token_hex(3)
+    namespace = kube_cluster.create_namespace("nvidia-device-plugin-")
+    kube_cluster.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                               "metadata": {"name": node_name, "labels": {"team": "ml"}}})
+    yield Api(kube_cluster, node_name, namespace, kube_job_kubeconfig("onboarding", namespaces=(namespace,)))
+    kube_cluster.request("DELETE", "/api/v1/nodes/" + node_name)
+    kube_cluster.delete_namespace(namespace)
 
 
 def play(tmp_path, api, role_vars, *args):
     path = tmp_path / "play.yml"
-    path.write_text(PLAY % json.dumps(role_vars))
+    variables = {"device_plugin_config_namespace": api.namespace}
+    variables.update(role_vars)
+    variables["device_plugin_config_node_classes"] = {
+        (api.node_name if name == "gpu-node-1" else name): value
+        for name, value in (role_vars.get("device_plugin_config_node_classes") or {}).items()}
+    path.write_text(PLAY % json.dumps(variables))
     return run_ansible_playbook(str(path), api.kubeconfig, args)
-
-
-def get(api, path):
-    return api_get(api, path)
-
-
-def configmap(api):
-    return get(api, "/api/v1/namespaces/nvidia-device-plugin/configmaps/nvidia-device-plugin-configs")
 
 
 def test_renders_packed_default_and_classes_then_is_idempotent(tmp_path, api):
@@ -54,7 +79,7 @@ def test_renders_packed_default_and_classes_then_is_idempotent(tmp_path, api):
     }
     first = play(tmp_path, api, role_vars)
     assert first.returncode == 0, first.stdout
-    data = configmap(api)["data"]
+    data = api.configmap()["data"]
     assert sorted(data) == ["default", "h100-mig", "t4-shared"]
     default = yaml.safe_load(data["default"])
     # deviceListStrategy volume-mounts by default, to match container_toolkit's isolation settings (issue 26)
@@ -67,19 +92,23 @@ def test_renders_packed_default_and_classes_then_is_idempotent(tmp_path, api):
     assert shared["flags"]["plugin"]["sharedDevicesAllocationPolicy"] == "distributed"
     assert shared["sharing"] == {"timeSlicing": {"renameByDefault": False,
                                                  "resources": [{"name": "nvidia.com/gpu", "replicas": 8}]}}
-    node = get(api, "/api/v1/nodes/gpu-node-1")
-    assert node["metadata"]["labels"] == {"team": "ml", "nvidia.com/device-plugin.config": "h100-mig"}
-    version = configmap(api)["metadata"]["resourceVersion"]
+    assert api.node()["metadata"]["labels"] == {"team": "ml", "nvidia.com/device-plugin.config": "h100-mig"}
+    version = api.configmap()["metadata"]["resourceVersion"]
     second = play(tmp_path, api, role_vars)
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout
-    assert configmap(api)["metadata"]["resourceVersion"] == version
+    assert api.configmap()["metadata"]["resourceVersion"] == version
 
 
-def test_check_mode_writes_nothing(tmp_path, api):
+def test_check_mode_writes_nothing(tmp_path, api, kube_cluster):
     result = play(tmp_path, api, {}, "--check")
     assert result.returncode == 0, result.stdout
-    with pytest.raises(NotFound):
-        configmap(api)
+    assert api.configmap() is None
+    # a namespace that does not exist yet: the dry-run create says it would be created, the ConfigMap waits for it
+    missing = "nvidia-device-plugin-" + secrets.token_hex(3)
+    result = play(tmp_path, api, {"device_plugin_config_namespace": missing}, "--check")
+    assert result.returncode == 0, result.stdout
+    assert "changed=1" in result.stdout, result.stdout
+    assert kube_cluster.request("GET", "/api/v1/namespaces/" + missing)[0] == 404
 
 
 @pytest.mark.parametrize("role_vars,message", [
@@ -99,9 +128,8 @@ def test_bad_settings_are_rejected_before_anything_is_published(tmp_path, api, r
     result = play(tmp_path, api, role_vars)
     assert result.returncode != 0
     assert message in result.stdout, result.stdout
-    with pytest.raises(NotFound):
-        configmap(api)
-    assert "nvidia.com/device-plugin.config" not in get(api, "/api/v1/nodes/gpu-node-1")["metadata"]["labels"]
+    assert api.configmap() is None
+    assert "nvidia.com/device-plugin.config" not in api.node()["metadata"]["labels"]
 
 
 def test_warns_when_packed_meets_an_old_plugin(tmp_path, api):

@@ -1,13 +1,31 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""mig role on localhost: the nvidia-smi stand-in (8x H100) and the Kubernetes API stand-in."""
+"""mig role on localhost: the nvidia-smi stand-in (8x H100) and the real Kubernetes control plane.
+
+The control plane is the shared upstream one (tests/kube_cluster.py); each test creates a Node of its own (and, for
+the GPU Operator case, its DaemonSets in a namespace of its own, run by the real DaemonSet controller and scheduler)
+and the role runs with the token of the upgrades job's ServiceAccount (rbac/upgrades.yml), not as admin.  No kubelet
+runs: `KubeletStandin` writes what the node's kubelet would (node Ready, pods Running, a deleted pod finalized)
+through the API.
+
+Where these tests ran on the Kubernetes API stand-in, some beliefs were the stand-in's: a node carries only the
+annotations it was given (the TTL controller adds node.alpha.kubernetes.io/ttl), "nothing changed" can be read off
+the node's resourceVersion (controllers write to a node: `role_view` compares what the role could change), a paused
+DaemonSet pod leaves at once (it is deleted gracefully and stays until its kubelet finalizes it), and the Events of
+a Node may go to any namespace (a real API server accepts an Event with eventTime about a cluster-scoped object only
+in `default` or `kube-system`), and the role's are the only Events about its node (the node lifecycle controller
+records RegisteredNode and others: `events` keeps those the role reported).
+"""
 import json
 import os
+import secrets
+import subprocess
 import sys
+import urllib.parse
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from standin_helpers import REPO_ROOT, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
+from kube_cluster import KubeletStandin, job_credentials
+from testlib import REPO_ROOT, run_ansible_playbook
 
 STANDIN = os.path.join(REPO_ROOT, "tests", "standins", "nvidia-smi")
 CAPTURE = os.path.join(REPO_ROOT, "tests", "standins", "captures", "h100x8-healthy")
@@ -37,36 +55,57 @@ OPERATOR_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-n
 
 
 def daemonset(name, label):
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "gpu-operator"},
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
             "spec": {"selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name}},
                                   "spec": {"nodeSelector": {label: "true"},
                                            "containers": [{"name": "c", "image": "example.invalid/c:1"}]}}}}
 
 
-@pytest.fixture
-def operator_node(tmp_path):
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
-    yield from _node(tmp_path, [OPERATOR_NODE, namespace,
-                                daemonset("nvidia-device-plugin-daemonset", "nvidia.com/gpu.deploy.device-plugin"),
-                                daemonset("gpu-feature-discovery", "nvidia.com/gpu.deploy.gpu-feature-discovery")])
+def own_annotations(obj):
+    return {key: value for key, value in obj["metadata"].get("annotations", {}).items()
+            if not key.startswith("node.alpha.kubernetes.io/")}
+
+
+def role_view(obj):
+    """What the role could change on its node: unschedulable, labels, annotations (the control plane's left out)."""
+    return (bool(obj["spec"].get("unschedulable")), obj["metadata"].get("labels"), own_annotations(obj))
 
 
 @pytest.fixture
-def node(tmp_path):
-    yield from _node(tmp_path, [NODE])
+def operator_node(kube_cluster, tmp_path):
+    yield from _node(kube_cluster, tmp_path, OPERATOR_NODE, daemonsets=[
+        daemonset("nvidia-device-plugin-daemonset", "nvidia.com/gpu.deploy.device-plugin"),
+        daemonset("gpu-feature-discovery", "nvidia.com/gpu.deploy.gpu-feature-discovery")])
 
 
-def _node(tmp_path, seed):
-    server, kubeconfig = start_k8s_standin(tmp_path, seed)
+@pytest.fixture
+def node(kube_cluster, tmp_path):
+    yield from _node(kube_cluster, tmp_path, NODE)
+
+
+def _node(plane, tmp_path, seed, daemonsets=()):
     state = tmp_path / "smi" / "mig-state.json"
+    name = "gpu-node-" + secrets.token_hex(3)
+    obj = json.loads(json.dumps(seed))
+    obj["metadata"]["name"] = name
+    plane.api("POST", "/api/v1/nodes", obj)
+    namespace = plane.create_namespace("gpu-operator-")
+    token, cleanup = job_credentials(plane, "upgrades", namespace)
+    kubeconfig = plane.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=namespace, token=token)
+    for item in daemonsets:
+        plane.api("POST", "/apis/apps/v1/namespaces/%s/daemonsets" % namespace, item)
 
     class Node:
-        api = server
+        api = plane
+        node_name = name
+        gpu_namespace = namespace
+        kubeconfig_path = kubeconfig
 
-        def play(self, name, *args, **extra):
-            role_vars = {"mig_config": CONFIG, "mig_config_name": name, "mig_node_name": "gpu-node-1",
-                         "mig_nvidia_smi": STANDIN, "mig_drain_timeout": 30}
+        def play(self, config_name, *args, **extra):
+            role_vars = {"mig_config": CONFIG, "mig_config_name": config_name, "mig_node_name": name,
+                         "mig_nvidia_smi": STANDIN, "mig_drain_timeout": 30, "mig_gpu_clients_namespace": namespace,
+                         "mig_gpu_clients_poll_interval": 1}
             role_vars.update(extra)
             path = tmp_path / "play.yml"
             path.write_text(PLAY % json.dumps(role_vars))
@@ -74,11 +113,17 @@ def _node(tmp_path, seed):
                 "NVIDIA_SMI_STANDIN_CAPTURE": CAPTURE, "NVIDIA_SMI_STANDIN_MIG_STATE": str(state)})
 
         def object(self):
-            return api_get(server, "/api/v1/nodes/gpu-node-1")
+            return plane.api("GET", "/api/v1/nodes/" + name)
+
+        def pods(self):
+            return plane.api("GET", "/api/v1/namespaces/%s/pods" % namespace)["items"]
 
         def events(self):
-            items = api_get(server, "/api/v1/namespaces/default/events")["items"]
-            return sorted(items, key=lambda e: e["eventTime"])
+            """The role's Events about the node (the node lifecycle controller records its own, RegisteredNode...)."""
+            selector = urllib.parse.quote("involvedObject.kind=Node,involvedObject.name=" + name)
+            items = plane.api("GET", "/api/v1/namespaces/default/events?fieldSelector=" + selector)["items"]
+            return sorted((e for e in items if e.get("reportingComponent") == "gpu_native.fleet.mig"),
+                          key=lambda e: e["eventTime"])
 
         def calls(self):
             path = state.parent / "calls.log"
@@ -91,7 +136,6 @@ def _node(tmp_path, seed):
 
         def set_state(self, **knobs):
             if not state.exists():  # let the stand-in create its state from the capture
-                import subprocess
                 subprocess.run([sys.executable, STANDIN, "-i", "7", "-mig", "0"], check=True, capture_output=True,
                                env=dict(os.environ, NVIDIA_SMI_STANDIN_CAPTURE=CAPTURE, NVIDIA_SMI_STANDIN_MIG_STATE=str(state)))
                 (state.parent / "calls.log").unlink()
@@ -99,13 +143,25 @@ def _node(tmp_path, seed):
             data.update(knobs)
             state.write_text(json.dumps(data))
 
-    yield Node()
-    server.stop()
+    try:
+        if daemonsets:
+            with KubeletStandin(plane, [name]) as kubelet:
+                Node.kubelet = kubelet
+                yield Node()
+        else:
+            yield Node()
+    finally:
+        plane.request("DELETE", "/api/v1/nodes/" + name)
+        for path in cleanup:
+            plane.request("DELETE", path)
+        plane.delete_namespace(namespace)
 
 
 def test_gpu_operator_daemonsets_are_paused_around_the_change_and_restored(operator_node):
     node = operator_node
-    before = sorted(p["metadata"]["name"] for p in api_get(node.api, "/api/v1/namespaces/gpu-operator/pods")["items"])
+    node.api.wait_for("both GPU Operator pods Running on the node", lambda: len(
+        [p for p in node.pods() if p["status"].get("phase") == "Running"]) == 2, timeout=120)
+    before = sorted(p["metadata"]["name"] for p in node.pods())
     assert len(before) == 2
     result = node.play("balanced")
     assert result.returncode == 0, result.stdout
@@ -116,8 +172,10 @@ def test_gpu_operator_daemonsets_are_paused_around_the_change_and_restored(opera
     assert _time(events[2]) < mutating[0]["time"] and mutating[-1]["time"] < _time(events[3])
     labels = node.object()["metadata"]["labels"]
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true" and labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
-    after = sorted(p["metadata"]["name"] for p in api_get(node.api, "/api/v1/namespaces/gpu-operator/pods")["items"])
+    node.api.wait_for("both GPU Operator pods back", lambda: len(node.pods()) == 2, timeout=60)
+    after = sorted(p["metadata"]["name"] for p in node.pods())
     assert len(after) == 2 and not set(after) & set(before)  # both left and came back as new pods
+    assert not node.kubelet.errors, node.kubelet.errors
 
 
 def _time(event):
@@ -142,10 +200,10 @@ def test_apply_cordons_first_labels_pending_then_success_and_uncordons(node):
     assert _time(events[0]) < _time(events[1]) < mutating[0]["time"]       # cordoned and pending before apply
     assert mutating[-1]["time"] < _time(events[2])                         # success after apply
     # idempotent: nothing drifts, nothing is run or written
-    before = obj["metadata"]["resourceVersion"]
+    before = role_view(obj)
     again = node.play("balanced")
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
-    assert len(node.mutating()) == 4 and node.object()["metadata"]["resourceVersion"] == before
+    assert len(node.mutating()) == 4 and role_view(node.object()) == before
 
 
 def test_relayout_destroys_and_recreates(node):
@@ -194,20 +252,20 @@ def test_apply_marks_the_cordon_as_the_roles_own_while_it_works(node):
 
 
 @pytest.mark.parametrize("owner", [None, "onboard"], ids=["admin", "onboard"])
-def test_a_node_cordoned_by_someone_else_stays_cordoned_after_the_change(tmp_path, owner):
+def test_a_node_cordoned_by_someone_else_stays_cordoned_after_the_change(kube_cluster, tmp_path, owner):
     annotations = {"ops.example.com/reason": "RMA"} if owner is None else {
         "gpu-native.io/cordoned-by": owner, "gpu-native.io/cordoned-at": "2026-11-29T08:00:00Z",
         "gpu-native.io/run-id": "onboard-run"}
     cordoned = json.loads(json.dumps(NODE))
     cordoned["spec"]["unschedulable"] = True
     cordoned["metadata"]["annotations"] = annotations
-    for node in _node(tmp_path, [cordoned]):
+    for node in _node(kube_cluster, tmp_path, cordoned):
         result = node.play("balanced")
         assert result.returncode == 0, result.stdout
         obj = node.object()
         assert obj["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"   # the layout was applied
         assert obj["spec"]["unschedulable"] is True                                   # and the cordon kept
-        assert obj["metadata"]["annotations"] == annotations                          # with its owner's mark
+        assert own_annotations(obj) == annotations                                    # with its owner's mark
         holder = "someone outside gpu_native.fleet" if owner is None else owner
         assert "skipped: cordoned by %s" % holder in result.stdout
         assert "kept: cordoned by %s" % holder in result.stdout
@@ -225,7 +283,7 @@ def test_invalid_layout_touches_nothing(node):
 def test_check_mode_changes_nothing(node):
     result = node.play("balanced", "--check")
     assert result.returncode == 0, result.stdout
-    assert "gpu-node-1: cordoned: cordoned by mig" in result.stdout   # says what it would do
+    assert "%s: cordoned: cordoned by mig" % node.node_name in result.stdout   # says what it would do
     assert node.mutating() == [] and node.events() == []
     obj = node.object()
     assert not obj["spec"].get("unschedulable") and "nvidia.com/mig.config.state" not in obj["metadata"]["labels"]
@@ -248,10 +306,29 @@ def test_bad_waiting_settings_are_refused_before_anything_is_paused(operator_nod
     playbook.write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.include_role:\n        name: gpu_native.fleet.mig\n        tasks_from: pause_clients.yml\n"
-        "      vars:\n        mig_node_name: gpu-node-1\n        mig_kubernetes: true\n")
+        "      vars:\n        mig_kubernetes: true\n")
     before = operator_node.object()["metadata"]["labels"]
-    result = run_ansible_playbook(str(playbook), str(tmp_path / "kubeconfig"), ["-e", json.dumps({setting: value})])
+    result = run_ansible_playbook(str(playbook), operator_node.kubeconfig_path, ["-e", json.dumps(
+        {setting: value, "mig_node_name": operator_node.node_name})])
     assert result.returncode != 0
     assert "Fix: set both to a whole number of seconds above 0. Nothing was paused." in result.stdout, result.stdout[-2000:]
     assert "%s is '%s'" % (setting, value) in result.stdout
     assert operator_node.object()["metadata"]["labels"] == before
+
+
+def test_events_go_only_where_the_api_accepts_node_events(node):
+    """A real API server refuses an Event with eventTime about a Node outside default and kube-system (422); the
+    role's argument spec refuses such a namespace before anything changes."""
+    event = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": node.node_name + ".mig-"},
+             "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node.node_name},
+             "reason": "MigConfigPending", "message": "probe", "type": "Normal", "action": "MigReconfigure",
+             "eventTime": "2026-12-02T02:00:00.000000Z", "reportingComponent": "gpu_native.fleet.mig",
+             "reportingInstance": "probe", "source": {"component": "gpu_native.fleet.mig"}}
+    status, answer = node.api.request("POST", "/api/v1/namespaces/%s/events" % node.gpu_namespace, event)
+    assert status == 422 and "does not match event.namespace" in answer["message"], answer
+    result = node.play("balanced", mig_events_namespace=node.gpu_namespace)
+    assert result.returncode != 0
+    assert "value of mig_events_namespace must be one of: default, kube-system" in result.stdout, result.stdout[-2000:]
+    obj = node.object()
+    assert not obj["spec"].get("unschedulable") and "nvidia.com/mig.config.state" not in obj["metadata"]["labels"]
+    assert node.mutating() == [] and node.events() == []

@@ -3,7 +3,8 @@
 The control plane is the upstream one (tests/kube_cluster.py: etcd, kube-apiserver, controller-manager and
 scheduler v1.35.4, shared by the tests of this process); each test gets a Node of its own, and the
 cluster-scoped RuntimeClass `nvidia` is removed before and after each test.  The role runs on localhost
-(the "node"), with nvidia-smi replaced by the nvidia-smi stand-in replaying an 8x H100 capture.
+(the "node"), with nvidia-smi replaced by the nvidia-smi stand-in replaying an 8x H100 capture, and talks to the
+API with the token of the onboarding job's ServiceAccount (rbac/onboarding.yml), not as admin.
 
 Where the tests ran on the Kubernetes API stand-in before, two of their beliefs were the stand-in's, not the
 API's: a Node keeps exactly the taints it was given (a real API server adds `node.kubernetes.io/not-ready`
@@ -88,7 +89,7 @@ class Cluster:
 
 
 @pytest.fixture
-def role(kube_cluster, run_playbook, tmp_path):
+def role(kube_cluster, kube_job_kubeconfig, run_playbook, tmp_path):
     """Return (cluster, run(vars, args=())) with the role's common variables set."""
     node_name = "gpu-node-1-" + secrets.token_hex(3)
     kube_cluster.request("DELETE", RUNTIMECLASS)
@@ -101,7 +102,7 @@ def role(kube_cluster, run_playbook, tmp_path):
                 kube_cluster.api("POST", "/api/v1/nodes", obj)
             else:
                 kube_cluster.api("POST", "/apis/node.k8s.io/v1/runtimeclasses", obj)
-        kubeconfig = kube_cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        kubeconfig = kube_job_kubeconfig("onboarding")  # the role runs as the onboarding job, not as admin
 
         def run(extra=None, args=()):
             variables = {"runtime_class_kubeconfig": kubeconfig, "runtime_class_node_name": node_name,
