@@ -117,7 +117,7 @@ CASES = [
     ("non-gpu-other-extended-resource",
      pod([container("nic", limits={"rdma/hca_shared_devices_a": "1"})], runtime_class=None), None),
     ("non-gpu-lookalike-resource",
-     pod([container("x", limits={"nvidia.com/gpu-feature": "1", "example.com/nvidia.com/gpu": "1"})],
+     pod([container("x", limits={"nvidia.com/gpu-feature": "1", "example.com/gpu": "1"})],
          runtime_class=None), None),
     # GPU pods that break the GPU rules
     ("privileged-gpu-container",

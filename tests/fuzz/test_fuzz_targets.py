@@ -21,7 +21,6 @@ STILL_MISSING = frozenset([
     "llm_smoke",  # needs the hostile HTTP server (issue 27, reproducers 3 and 10)
     # filters
     "cordon_decision",
-    "gpu_policy_objects",
     "k8s_label_problems",
     "k8s_problems",
     "nvidia_driver_kernel_module",
