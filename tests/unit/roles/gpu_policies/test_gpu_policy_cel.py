@@ -33,7 +33,6 @@ with open(ROLE_DEFAULTS, encoding="utf-8") as _handle:
     DEFAULTS = yaml.safe_load(_handle)
 
 
-
 def render(engine, **kwargs):
     args = dict(runtime_class_name="nvidia", gpu_resources=DEFAULTS["gpu_policies_gpu_resources"],
                 excluded_namespaces=DEFAULTS["gpu_policies_excluded_namespaces"],
