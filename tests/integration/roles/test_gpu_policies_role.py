@@ -269,7 +269,11 @@ def test_a_refused_policy_leaves_no_binding(guardrails):
     broken = guardrails.play({"gpu_policies_extra_rules": [{
         "name": "broken", "violations": "[1, 2", "message": "never shown"}]})
     assert broken.returncode != 0
-    assert "compilation failed" in failure_message(broken.stdout)
+    message = failure_message(broken.stdout)
+    assert message.startswith("The API server refused ValidatingAdmissionPolicy %s: ValidatingAdmissionPolicy."
+                              "admissionregistration.k8s.io \"%s\" is invalid: spec.variables[" % (
+                                  guardrails.name, guardrails.name)), message
+    assert "compilation failed: ERROR: <input>:1:" in message and "\\" not in message, message
     assert guardrails.get(VAP_API) is None
     assert guardrails.get(BINDING_API) is None
 
