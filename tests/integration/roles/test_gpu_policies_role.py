@@ -341,3 +341,19 @@ def test_bad_variables_stop_before_any_change(guardrails):
     result = guardrails.play({"gpu_policies_gpu_taint_keys": ['x" || true || "']})
     assert result.returncode != 0 and "gpu_policies_gpu_taint_keys[0]" in failure_message(result.stdout)
     assert guardrails.get(VAP_API) is None and guardrails.get(BINDING_API) is None
+
+
+def test_credentials_that_may_not_write_policies_change_nothing(guardrails, tmp_path):
+    """A token without RBAC rights on admission policies: the dry run is refused (403) and says so."""
+    review = guardrails.plane.api("POST", "/api/v1/namespaces/%s/serviceaccounts/default/token" % guardrails.namespace,
+                                  {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                   "spec": {"expirationSeconds": 600}})
+    kubeconfig = guardrails.plane.write_kubeconfig(str(tmp_path / "tenant.kubeconfig"), token=review["status"]["token"])
+    result = guardrails.play({"gpu_policies_kubeconfig": kubeconfig})
+    assert result.returncode != 0
+    message = failure_message(result.stdout)
+    assert message.startswith("The API server refused ValidatingAdmissionPolicy %s: " % guardrails.name), message
+    assert "cannot create resource" in message or "forbidden" in message, message
+    assert "a 403 means the credentials of gpu_policies_kubeconfig may not write these objects" in message, message
+    assert message.endswith("Nothing was changed.")
+    assert guardrails.get(VAP_API) is None and guardrails.get(BINDING_API) is None
