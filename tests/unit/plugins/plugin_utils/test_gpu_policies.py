@@ -175,3 +175,14 @@ def test_filter_wraps_errors_and_defaults():
     assert len(gpu_policy_objects(CEL_DATA, engine="both")) == 3
     with pytest.raises(AnsibleFilterError, match="gpu_policies_engine is 'x'"):
         gpu_policy_objects(CEL_DATA, engine="x")
+
+
+def test_namespace_match_labels_join_the_exclusions():
+    _policy, binding = render_policy_objects(CEL_DATA, excluded_namespaces=["kube-system"],
+                                             namespace_match_labels={"tenant": "true"})
+    assert binding["spec"]["matchResources"] == {"namespaceSelector": {
+        "matchLabels": {"tenant": "true"},
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}}
+    for bad in ({"tenant": True}, {"Bad Key": "x"}, {"tenant": "x" * 64}, ["tenant"]):
+        with pytest.raises(GpuPolicyError, match="gpu_policies_namespace_match_labels"):
+            render_policy_objects(CEL_DATA, namespace_match_labels=bad)
