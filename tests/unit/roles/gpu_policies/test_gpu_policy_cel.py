@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import render_policy_objects
-from gpu_policy_cases import CASES, CPU, GPU1, GPU_TOLERATION, NODE_PRIV, PRIV, container, pod
+from gpu_policy_cases import CASES, GPU1, GPU_TOLERATION, NODE_PRIV, PRIV, container, pod
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE_VARS = os.path.join(REPO_ROOT, "roles", "gpu_policies", "vars", "main.yml")
