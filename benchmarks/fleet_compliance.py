@@ -49,6 +49,13 @@ MATRIX = {
     },
 }
 
+# The Container Toolkit's config as the container_toolkit role leaves it (the isolation check reads it).
+TOOLKIT_CONFIG = """accept-nvidia-visible-devices-as-volume-mounts = true
+accept-nvidia-visible-devices-envvar-when-unprivileged = false
+
+[nvidia-container-runtime]
+mode = "auto"
+"""
 CONTAINERD_CONFIG = """version = 2
 
 [plugins]
@@ -137,6 +144,7 @@ def build_fleet(workdir, hosts, drift_every=DRIFT_EVERY, unreachable=0):
         _write(os.path.join(home, "readiness.prom"),
                "# TYPE gpu_native_node_validation_last_success_ts_seconds gauge\n"
                'gpu_native_node_validation_last_success_ts_seconds{node="%s"} %.3f\n' % (name, stamp))
+        _write(os.path.join(home, "toolkit.toml"), TOOLKIT_CONFIG)
         inventory[name] = {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
@@ -144,6 +152,7 @@ def build_fleet(workdir, hosts, drift_every=DRIFT_EVERY, unreachable=0):
             "compliance_kernel_log": os.path.join(home, "kern.log"),
             "compliance_pci_sysfs_root": os.path.join(root, "sys", "bus", "pci", "devices"),
             "compliance_readiness_textfile": os.path.join(home, "readiness.prom"),
+            "compliance_toolkit_config": os.path.join(home, "toolkit.toml"),
             "compliance_environment": {
                 "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
                 "NVIDIA_SMI_STANDIN_CAPTURE": CAPTURE,

@@ -17,7 +17,9 @@ from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies impo
 
 def gpu_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", runtime_class_name="nvidia",
                        gpu_resources=None, excluded_namespaces=None, action="Enforce",
-                       vap_validation_actions=None, failure_policy="Fail", extra_rules=None):
+                       vap_validation_actions=None, failure_policy="Fail", extra_rules=None, gpu_taint_keys=None,
+                       gpu_node_labels=None, resource_claims_are_gpu=True, refuse_runtime_class_without_gpu=True,
+                       namespace_match_labels=None):
     """Return the Kubernetes objects for `engine`; AnsibleFilterError (cause and fix) on bad input."""
     try:
         return render_policy_objects(
@@ -25,7 +27,12 @@ def gpu_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", runtim
             gpu_resources=["nvidia.com/gpu"] if gpu_resources is None else gpu_resources,
             excluded_namespaces=[] if excluded_namespaces is None else excluded_namespaces,
             action=action, vap_validation_actions=vap_validation_actions, failure_policy=failure_policy,
-            extra_rules=[] if extra_rules is None else extra_rules)
+            extra_rules=[] if extra_rules is None else extra_rules,
+            gpu_taint_keys=["nvidia.com/gpu"] if gpu_taint_keys is None else gpu_taint_keys,
+            gpu_node_labels=[] if gpu_node_labels is None else gpu_node_labels,
+            resource_claims_are_gpu=resource_claims_are_gpu,
+            refuse_runtime_class_without_gpu=refuse_runtime_class_without_gpu,
+            namespace_match_labels={} if namespace_match_labels is None else namespace_match_labels)
     except GpuPolicyError as exc:
         raise AnsibleFilterError(str(exc))
 

@@ -23,6 +23,12 @@ description:
     C(BinaryName) O(runtime_binary).
   - V(readiness) reads C(gpu_native_node_validation_last_success_ts_seconds) from the readiness agent's
     textfile and checks that it is at most O(readiness_max_age) seconds old.
+  - V(isolation) reads the NVIDIA Container Toolkit's config file O(toolkit_config) (TOML, a regular file of at most
+    1 MiB) and checks that it still has C(accept-nvidia-visible-devices-envvar-when-unprivileged = false) and
+    C(accept-nvidia-visible-devices-as-volume-mounts = true), the GPU isolation settings of the container_toolkit
+    role. A missing file or key is a V(fail) (the toolkit's defaults let an unprivileged container take GPUs from
+    C(NVIDIA_VISIBLE_DEVICES)); a file that cannot be read or parsed is an V(error). Needs a TOML reader on the
+    node's Python (C(tomllib) on 3.11+, else C(tomli) or C(toml)).
   - Tool outputs are cached for the execution, so C(nvidia-smi -q -x) runs once.
   - It never changes the node, and it fails only when its options are wrong; drift is reported in RV(compliant).
 extends_documentation_fragment:
@@ -44,8 +50,8 @@ options:
     description: The checks to run; the others are reported as V(skip).
     type: list
     elements: str
-    choices: [spec, gpu_health, containerd, readiness]
-    default: [spec, gpu_health, containerd, readiness]
+    choices: [spec, gpu_health, containerd, readiness, isolation]
+    default: [spec, gpu_health, containerd, readiness, isolation]
   matrix:
     description: The spec matrix (C(gpu_native_spec_matrix)). Without it the V(spec) check is skipped.
     type: dict
@@ -101,6 +107,10 @@ options:
     description: Oldest acceptable last successful validation, in seconds.
     type: int
     default: 600
+  toolkit_config:
+    description: The NVIDIA Container Toolkit's config file the V(isolation) check reads.
+    type: path
+    default: /etc/nvidia-container-runtime/config.toml
 notes:
   - Supports check mode; it is read-only either way.
 seealso:
@@ -122,7 +132,7 @@ compliant:
   returned: always
   type: bool
 checks:
-  description: One result per check, in the order spec, gpu_health, containerd, readiness.
+  description: One result per check, in the order spec, gpu_health, containerd, readiness, isolation.
   returned: always
   type: list
   elements: dict
@@ -140,7 +150,7 @@ checks:
       description: What it found, as text.
       type: str
     items:
-      description: The failing items (spec rows or GPU health reasons).
+      description: The failing items (spec rows, GPU health reasons, or the toolkit settings that are wrong).
       type: list
     parse_ms:
       description: Milliseconds the check itself took on the node (reading and parsing), without the tools' run time.
@@ -183,6 +193,7 @@ def main():
             runtime_binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
             readiness_textfile=dict(type="path"),
             readiness_max_age=dict(type="int", default=600),
+            toolkit_config=dict(type="path", default="/etc/nvidia-container-runtime/config.toml"),
             **node_tools.argument_spec(source=False)
         ),
         supports_check_mode=True,

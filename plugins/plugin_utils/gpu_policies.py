@@ -13,10 +13,15 @@ Public API
 ``validate.cel``, ``kyverno.io/v1``, Kyverno 1.11 or newer; ``both``).
 ``cel_data`` is the role's data (``roles/gpu_policies/vars/main.yml``):
 
+- ``gpu_env_names``, ``gpu_env_allowed_values``: the NVIDIA Container Toolkit's
+  environment variables and the values that ask for no GPU;
+- ``macros``: ``{NAME: expression}``, written ``@NAME@`` (parenthesised) in the
+  match condition, the variables and the built-in rules, because match
+  conditions cannot use ``variables``;
 - ``match_condition``: a CEL expression over ``object`` that is true for a
-  pod requesting a GPU (no ``variables``: the API server evaluates match
-  conditions before them);
-- ``variables``: ``[{name, expression}]`` shared by the rules;
+  pod the policy looks at (a GPU pod, or one that reaches for GPUs another way);
+- ``variables``: ``[{name, expression}]`` shared by the rules (``isGpuPod``
+  among them);
 - ``rules``: ``[{name, violations, message}]``; ``violations`` is a CEL
   expression giving a list of strings, one per thing to fix, empty when the
   pod complies; ``message`` says what to change.
@@ -25,10 +30,15 @@ Each rule becomes the variable ``rule_<name>`` (its violations), the
 validation ``variables.rule_<name>.size() == 0``, the static ``message`` and a
 ``messageExpression`` that adds the first violation, e.g.
 ``GPU pods must set runtimeClassName: nvidia (container 'train' requests nvidia.com/gpu)``.
+``extra_rules`` (the user's) apply to GPU pods only: their violations are
+wrapped in ``variables.isGpuPod ? (...) : []``.
 
-Expressions may hold the placeholders ``@GPU_RESOURCE_NAMES@`` and
-``@GPU_RESOURCE_PREFIXES@`` (CEL lists of strings) and ``@RUNTIME_CLASS_NAME@``
-(a CEL string); messages may hold ``@RUNTIME_CLASS_NAME@`` (plain text).
+Expressions may hold the placeholders ``@GPU_RESOURCE_NAMES@``,
+``@GPU_RESOURCE_PREFIXES@``, ``@GPU_TAINT_KEYS@``, ``@GPU_NODE_LABEL_NAMES@``,
+``@GPU_NODE_LABEL_PREFIXES@``, ``@GPU_ENV_NAMES@``, ``@GPU_ENV_ALLOWED_VALUES@``
+(CEL lists of strings), ``@RUNTIME_CLASS_NAME@`` (a CEL string),
+``@RESOURCE_CLAIMS_ARE_GPU@`` and ``@REFUSE_RUNTIME_CLASS_WITHOUT_GPU@`` (CEL
+bools); messages may hold ``@RUNTIME_CLASS_NAME@`` (plain text).
 
 Every input is checked first; ``GpuPolicyError`` (a ``ValueError``) carries a
 one-line cause naming the variable plus the fix.
@@ -51,13 +61,15 @@ RULE_KEYS = ("name", "violations", "message")
 VARIABLE_KEYS = ("name", "expression")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu_native.fleet"}
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
-MATCH_CONDITION_NAME = "requests-gpu"
+MATCH_CONDITION_NAME = "reaches-for-gpus"
 # Bounds: a policy is small; these keep hostile input from producing a huge object.
 MAX_RULES = 64
 MAX_EXPRESSION = 5000  # characters; the API server caps expressions at 5 KiB-ish
 MAX_MESSAGE = 1000
 MAX_NAMESPACES = 256
 MAX_RESOURCES = 64
+MAX_TAINT_KEYS = 64
+MAX_NODE_LABELS = 64
 
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -65,6 +77,12 @@ _RULE_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _CEL_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # extended resource names: <domain>/<name>; a trailing * makes it a prefix (nvidia.com/mig-*)
 _RESOURCE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?[-_.]?\*?$")
+# label and taint keys: [<DNS subdomain prefix>/]<name>; a trailing * makes a label key a prefix (nvidia.com/*)
+_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_KEY_OR_PREFIX_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+                               r"|([A-Za-z0-9][-A-Za-z0-9_.]*)?\*)$")
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_MACRO_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 class GpuPolicyError(FleetError, ValueError):
@@ -133,6 +151,15 @@ def _check_data(cel_data):
     if not isinstance(cel_data, dict) or not isinstance(cel_data.get("match_condition"), str):
         _fail("the role's CEL data (vars/main.yml __gpu_policies_cel) needs match_condition, variables and rules. "
               "Fix: restore the role's vars/main.yml.")
+    macros = cel_data.get("macros") or {}
+    if not isinstance(macros, dict) or any(not isinstance(key, str) or not _MACRO_RE.match(key)
+                                           or not isinstance(value, str) for key, value in macros.items()):
+        _fail("__gpu_policies_cel.macros must map upper-case names to CEL expressions. "
+              "Fix: restore the role's vars/main.yml.")
+    for key in ("gpu_env_names", "gpu_env_allowed_values"):
+        value = cel_data.get(key)
+        if not isinstance(value, list) or not value or any(not isinstance(item, str) for item in value):
+            _fail("__gpu_policies_cel.%s must be a list of strings. Fix: restore the role's vars/main.yml." % key)
     variables = cel_data.get("variables") or []
     for index, variable in enumerate(variables):
         if (not isinstance(variable, dict) or sorted(variable) != sorted(VARIABLE_KEYS)
@@ -152,24 +179,46 @@ def rule_variable(rule_name):
     return "rule_" + rule_name.replace("-", "_")
 
 
-def render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules=()):
-    """Return {match_condition, variables, validations} with every placeholder filled in."""
-    names = [item for item in gpu_resources if not item.endswith("*")]
-    prefixes = [item[:-1] for item in gpu_resources if item.endswith("*")]
+def _names_and_prefixes(items):
+    return ([item for item in items if not item.endswith("*")], [item[:-1] for item in items if item.endswith("*")])
+
+
+def render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules=(), gpu_taint_keys=(), gpu_node_labels=(),
+               resource_claims_are_gpu=True, refuse_runtime_class_without_gpu=True):
+    """Return {match_condition, variables, validations} with every macro and placeholder filled in."""
+    names, prefixes = _names_and_prefixes(gpu_resources)
+    label_names, label_prefixes = _names_and_prefixes(gpu_node_labels)
     expression_values = {
         "GPU_RESOURCE_NAMES": cel_string_list(names),
         "GPU_RESOURCE_PREFIXES": cel_string_list(prefixes),
         "RUNTIME_CLASS_NAME": cel_string(runtime_class_name),
+        "GPU_TAINT_KEYS": cel_string_list(gpu_taint_keys),
+        "GPU_NODE_LABEL_NAMES": cel_string_list(label_names),
+        "GPU_NODE_LABEL_PREFIXES": cel_string_list(label_prefixes),
+        "GPU_ENV_NAMES": cel_string_list(cel_data["gpu_env_names"]),
+        "GPU_ENV_ALLOWED_VALUES": cel_string_list(cel_data["gpu_env_allowed_values"]),
+        "RESOURCE_CLAIMS_ARE_GPU": "true" if resource_claims_are_gpu else "false",
+        "REFUSE_RUNTIME_CLASS_WITHOUT_GPU": "true" if refuse_runtime_class_without_gpu else "false",
     }
+    # macros first (they may hold placeholders, never other macros), then the placeholders
+    macros = dict(("@%s@" % key, "(%s)" % " ".join(value.split()))
+                  for key, value in (cel_data.get("macros") or {}).items())
+
+    def expand(text):
+        for key, value in macros.items():
+            text = text.replace(key, value)
+        return _substitute_expression(text, expression_values)
+
     message_values = {"RUNTIME_CLASS_NAME": runtime_class_name}
-    variables = [{"name": item["name"],
-                  "expression": _substitute_expression(item["expression"].strip(), expression_values)}
+    variables = [{"name": item["name"], "expression": expand(item["expression"].strip())}
                  for item in cel_data.get("variables") or []]
     validations = []
-    for rule in list(cel_data["rules"]) + list(extra_rules):
+    rules = [(rule, rule["violations"].strip()) for rule in cel_data["rules"]]
+    # a user's rule sees GPU pods only (as when the policy looked at nothing else)
+    rules += [(rule, "variables.isGpuPod ? (%s) : []" % rule["violations"].strip()) for rule in extra_rules]
+    for rule, violations in rules:
         var = "variables." + rule_variable(rule["name"])
-        variables.append({"name": rule_variable(rule["name"]),
-                          "expression": _substitute_expression(rule["violations"].strip(), expression_values)})
+        variables.append({"name": rule_variable(rule["name"]), "expression": expand(violations)})
         message = _substitute_expression(rule["message"].strip(), message_values)
         validations.append({
             "expression": "%s.size() == 0" % var,
@@ -178,7 +227,7 @@ def render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules=()):
                                  "+ \" more\" : \"\") + \")\"" % (cel_string(message), var, var, var),
         })
     return {
-        "match_condition": _substitute_expression(cel_data["match_condition"].strip(), expression_values),
+        "match_condition": expand(cel_data["match_condition"].strip()),
         "variables": variables,
         "validations": validations,
     }
@@ -186,7 +235,9 @@ def render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules=()):
 
 def render_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", runtime_class_name="nvidia",
                           gpu_resources=("nvidia.com/gpu",), excluded_namespaces=(), action="Enforce",
-                          vap_validation_actions=None, failure_policy="Fail", extra_rules=(), labels=None):
+                          vap_validation_actions=None, failure_policy="Fail", extra_rules=(), labels=None,
+                          gpu_taint_keys=("nvidia.com/gpu",), gpu_node_labels=(), resource_claims_are_gpu=True,
+                          refuse_runtime_class_without_gpu=True, namespace_match_labels=None):
     """Check every input, then return the list of objects for `engine`."""
     if engine not in ENGINES:
         _fail("gpu_policies_engine is %r. Fix: set it to vap, kyverno or both." % (engine,))
@@ -210,6 +261,26 @@ def render_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", run
                  "a namespace name (lowercase DNS label)", MAX_NAMESPACES)
     if any(len(item) > 63 for item in excluded_namespaces):
         _fail("gpu_policies_excluded_namespaces holds a name longer than 63 characters. Fix: correct it.")
+    gpu_taint_keys = list(gpu_taint_keys) if isinstance(gpu_taint_keys, (list, tuple)) else gpu_taint_keys
+    _check_names(gpu_taint_keys, "gpu_policies_gpu_taint_keys", _KEY_RE,
+                 "a taint key such as nvidia.com/gpu", MAX_TAINT_KEYS)
+    gpu_node_labels = list(gpu_node_labels) if isinstance(gpu_node_labels, (list, tuple)) else gpu_node_labels
+    _check_names(gpu_node_labels, "gpu_policies_gpu_node_labels", _KEY_OR_PREFIX_RE,
+                 "a node label key such as accelerator, or a prefix ending in * such as nvidia.com/*",
+                 MAX_NODE_LABELS)
+    for value, varname in ((resource_claims_are_gpu, "gpu_policies_resource_claims_are_gpu"),
+                           (refuse_runtime_class_without_gpu, "gpu_policies_refuse_runtime_class_without_gpu")):
+        if not isinstance(value, bool):
+            _fail("%s must be true or false, got %r. Fix: write true or false." % (varname, value))
+    namespace_match_labels = {} if namespace_match_labels is None else namespace_match_labels
+    if not isinstance(namespace_match_labels, dict) or len(namespace_match_labels) > MAX_NODE_LABELS:
+        _fail("gpu_policies_namespace_match_labels must be a mapping of label keys to values (at most %d), got %r. "
+              "Fix: e.g. {tenant: 'true'}, or {} for every namespace." % (MAX_NODE_LABELS, namespace_match_labels))
+    for key, value in namespace_match_labels.items():
+        if not isinstance(key, str) or len(key) > 316 or not _KEY_RE.match(key) or not isinstance(value, str) \
+                or not _LABEL_VALUE_RE.match(value):
+            _fail("gpu_policies_namespace_match_labels has %r: %r, not a label key and value. Fix: correct it "
+                  "(values are strings of at most 63 letters, digits, '-', '_', '.'; quote true)." % (key, value))
     if action not in ACTIONS:
         _fail("gpu_policies_action is %r. Fix: set it to Enforce or Audit." % (action,))
     if failure_policy not in FAILURE_POLICIES:
@@ -236,16 +307,19 @@ def render_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", run
     if labels is None:
         labels = dict(MANAGED_BY)
 
-    cel = render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules)
+    cel = render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules, gpu_taint_keys, gpu_node_labels,
+                     resource_claims_are_gpu, refuse_runtime_class_without_gpu)
     objects = []
     if engine in ("vap", "both"):
-        objects.extend(render_vap(cel, name, excluded_namespaces, vap_validation_actions, failure_policy, labels))
+        objects.extend(render_vap(cel, name, excluded_namespaces, vap_validation_actions, failure_policy, labels,
+                                  namespace_match_labels))
     if engine in ("kyverno", "both"):
-        objects.append(render_kyverno(cel, name, excluded_namespaces, action, failure_policy, labels))
+        objects.append(render_kyverno(cel, name, excluded_namespaces, action, failure_policy, labels,
+                                      namespace_match_labels))
     return objects
 
 
-def render_vap(cel, name, excluded_namespaces, validation_actions, failure_policy, labels):
+def render_vap(cel, name, excluded_namespaces, validation_actions, failure_policy, labels, namespace_match_labels=None):
     rules = [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
         # kubectl debug adds ephemeral containers through this subresource (an UPDATE of the Pod)
@@ -264,9 +338,14 @@ def render_vap(cel, name, excluded_namespaces, validation_actions, failure_polic
         },
     }
     binding_spec = {"policyName": name, "validationActions": list(validation_actions)}
+    selector = {}
+    if namespace_match_labels:
+        selector["matchLabels"] = dict(namespace_match_labels)
     if excluded_namespaces:
-        binding_spec["matchResources"] = {"namespaceSelector": {"matchExpressions": [
-            {"key": NAMESPACE_LABEL, "operator": "NotIn", "values": list(excluded_namespaces)}]}}
+        selector["matchExpressions"] = [
+            {"key": NAMESPACE_LABEL, "operator": "NotIn", "values": list(excluded_namespaces)}]
+    if selector:
+        binding_spec["matchResources"] = {"namespaceSelector": selector}
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -276,13 +355,15 @@ def render_vap(cel, name, excluded_namespaces, validation_actions, failure_polic
     return [policy, binding]
 
 
-def render_kyverno(cel, name, excluded_namespaces, action, failure_policy, labels):
+def render_kyverno(cel, name, excluded_namespaces, action, failure_policy, labels, namespace_match_labels=None):
+    match = [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}},
+             {"resources": {"kinds": ["Pod/ephemeralcontainers"], "operations": ["UPDATE"]}}]
+    if namespace_match_labels:
+        for item in match:
+            item["resources"]["namespaceSelector"] = {"matchLabels": dict(namespace_match_labels)}
     rule = {
         "name": name,
-        "match": {"any": [
-            {"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}},
-            {"resources": {"kinds": ["Pod/ephemeralcontainers"], "operations": ["UPDATE"]}},
-        ]},
+        "match": {"any": match},
         "celPreconditions": [{"name": MATCH_CONDITION_NAME, "expression": cel["match_condition"]}],
         "validate": {"cel": {
             "variables": [dict(item) for item in cel["variables"]],
@@ -302,9 +383,11 @@ def render_kyverno(cel, name, excluded_namespaces, action, failure_policy, label
                 "policies.kyverno.io/category": "GPU",
                 "policies.kyverno.io/subject": "Pod",
                 "policies.kyverno.io/minversion": "1.11.0",
-                "policies.kyverno.io/description": "Pods that request NVIDIA GPUs must set GPU requests equal to "
-                                                   "limits, run no privileged container and use the GPU "
-                                                   "RuntimeClass. Rendered by gpu_native.fleet.gpu_policies.",
+                "policies.kyverno.io/description": "Pods that request NVIDIA GPUs must run no privileged container "
+                                                   "and use the GPU RuntimeClass; pods that request none must not "
+                                                   "reach for GPUs through NVIDIA_VISIBLE_DEVICES, the GPU "
+                                                   "RuntimeClass or privileged containers on GPU nodes. Rendered "
+                                                   "by gpu_native.fleet.gpu_policies.",
             },
         },
         "spec": {

@@ -6,7 +6,7 @@
 """Node-side compliance checks for one host in one module execution.
 
 Each check calls the collection's own logic (spec_matrix/spec_facts, gpu_health,
-containerd_config) and returns its result separately::
+containerd_config, the Container Toolkit's isolation settings) and returns its result separately::
 
     {"check": "spec", "status": "pass"|"fail"|"skip"|"error",
      "expected": str, "actual": str, "items": [...], "parse_ms": float}
@@ -19,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import re
 import time
 
@@ -28,12 +29,13 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_i
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.regular_file import read_regular
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_matrix import (
     ProfileSelectionError, SpecMatrixError, drift_line, judge_profile, select_profile, summarize, validate_matrix)
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import XidCatalogError
 
-CHECKS = ("spec", "gpu_health", "containerd", "readiness")
+CHECKS = ("spec", "gpu_health", "containerd", "readiness", "isolation")
 STATUSES = ("pass", "fail", "error", "skip", "unreachable")
 READINESS_METRIC = "gpu_native_node_validation_last_success_ts_seconds"
 # The agent's textfile is small; refuse to read more than this.
@@ -42,6 +44,16 @@ TEXTFILE_MAX_BYTES = 1024 * 1024
 READINESS_FUTURE_SLACK_S = 60
 #: The readiness timestamp: whole seconds (the agent writes ``%d``), optionally with a fraction.
 _TIMESTAMP_RE = re.compile(r"^([0-9]{1,12})(?:\.[0-9]{1,9})?$")
+#: The NVIDIA Container Toolkit's own config file and the GPU isolation settings the container_toolkit role
+#: writes there (top-level keys): NVIDIA/nvidia-container-toolkit internal/config/config.go, type Config,
+#: AcceptEnvvarUnprivileged (default true) and AcceptDeviceListAsVolumeMounts (default false), the same at
+#: v1.17.0, v1.17.8, v1.18.0 and v1.18.1; the file is /etc + nvidia-container-runtime/config.toml.
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+TOOLKIT_ISOLATION = (
+    ("accept-nvidia-visible-devices-envvar-when-unprivileged", False, True),
+    ("accept-nvidia-visible-devices-as-volume-mounts", True, False),
+)  # (key, required value, the toolkit's default when the key is absent)
+TOOLKIT_CONFIG_MAX_BYTES = 1024 * 1024
 _METRIC_RE = re.compile(r"^" + READINESS_METRIC + r"(?:\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$")
 
 
@@ -186,6 +198,44 @@ def check_readiness(path, max_age, now=None):
     return _result("readiness", "pass" if age <= max_age else "fail", expected, actual)
 
 
+def check_isolation(path):
+    """The toolkit's config file still carries the two GPU isolation settings (read-only, bounded, regular file)."""
+    expected = ", ".join("%s = %s" % (key, str(value).lower()) for key, value, _default in TOOLKIT_ISOLATION)
+    expected += " in %s" % path
+    try:
+        raw = read_regular(path, TOOLKIT_CONFIG_MAX_BYTES)
+    except (IOError, OSError) as exc:
+        if getattr(exc, "errno", None) == errno.ENOENT:
+            return _result("isolation", "fail", expected, "%s is missing: the toolkit's defaults apply (an unprivileged "
+                                                          "container gets GPUs from NVIDIA_VISIBLE_DEVICES). Fix: run "
+                                                          "the container_toolkit role" % path)
+        return _result("isolation", "error", expected, "%s unreadable: %s" % (path, exc.strerror or exc))
+    if len(raw) > TOOLKIT_CONFIG_MAX_BYTES:
+        return _result("isolation", "error", expected, "%s is larger than %d bytes" % (path, TOOLKIT_CONFIG_MAX_BYTES))
+    try:
+        data = toml_compat.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return _result("isolation", "error", expected, "%s is not UTF-8 text" % path)
+    except (toml_compat.TomlParseError, toml_compat.TomlUnavailableError) as exc:
+        return _result("isolation", "error", expected, "%s: %s" % (path, exc))
+    wrong, actual = [], []
+    for key, required, default in TOOLKIT_ISOLATION:
+        if key not in data:
+            actual.append("%s absent (the toolkit's default %s applies)" % (key, str(default).lower()))
+            if default is not required:
+                wrong.append("%s is absent: the toolkit's default %s applies" % (key, str(default).lower()))
+            continue
+        value = data[key]
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)[:40]
+        actual.append("%s = %s" % (key, shown))
+        if value is not required:
+            wrong.append("%s = %s" % (key, shown))
+    if wrong:
+        return _result("isolation", "fail", expected, "; ".join(actual) + ". Fix: run the container_toolkit role "
+                                                                          "(its isolation settings)", wrong)
+    return _result("isolation", "pass", expected, ", ".join(actual))
+
+
 def tools_for(params):
     """The runner for one execution, with the binaries the options name."""
     paths = {}
@@ -238,3 +288,5 @@ def _one_check(name, wanted, params, runner, now, checks):
             return
         max_age = params.get("readiness_max_age")
         checks.append(check_readiness(path, 600 if max_age is None else int(max_age), now))
+    elif name == "isolation":
+        checks.append(check_isolation(params.get("toolkit_config") or TOOLKIT_CONFIG))

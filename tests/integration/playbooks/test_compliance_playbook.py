@@ -87,13 +87,14 @@ def test_drifting_hosts_fail_exactly_and_artifacts_are_published(tmp_path):
     by_key = dict(((r["host"], r["check"]), r) for r in rows)
     assert by_key[("node001", "containerd")]["status"] == "pass"
     assert by_key[("node001", "readiness")]["status"] == "pass"
+    assert by_key[("node001", "isolation")]["status"] == "pass"  # the toolkit config the simulated host carries
     assert by_key[("node001", "mig")]["status"] == "skip"
     assert by_key[("gone01", "reachability")]["status"] == "unreachable"
     assert not any(r["host"] == "gone01" and r["status"] == "pass" for r in rows)
 
     suites = ET.parse(str(reports / "compliance.junit.xml")).getroot()
     cases = dict(((case.get("classname"), case.get("name")), case) for case in suites.iter("testcase"))
-    assert len(cases) == 4 * 5 + 1
+    assert len(cases) == 4 * 6 + 1  # spec, gpu_health, mig, containerd, readiness, isolation per host
     failure = cases[("node002", "spec")].find("failure")
     assert failure is not None and "expected:" in failure.text and "65530" in failure.text
     assert cases[("node001", "spec")].find("failure") is None

@@ -1,23 +1,33 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_policies role against the Kubernetes API stand-in: the applied ValidatingAdmissionPolicy refuses
-non-compliant GPU pods with HTTP 422 and the policy's message, and admits compliant ones."""
+"""gpu_native.fleet.gpu_policies against the real Kubernetes control plane, through ansible-playbook.
+
+The control plane is the upstream one (tests/kube_cluster.py, shared by the tests of this process). Each test
+gets a policy name, a RuntimeClass and two namespaces of its own, and the role is told to judge only those
+namespaces (``gpu_policies_namespace_match_labels``), so that its cluster-scoped ValidatingAdmissionPolicy never
+touches another test's pods; the second namespace plays the system namespace (``gpu_policies_excluded_namespaces``).
+
+The pods are the table of tests/gpu_policy_cases.py, the same table the CEL-engine unit tests judge, sent as
+server-side dry runs (admission runs in full, nothing is stored). A binding is enforced about a second after it
+is created: the tests poll a probe pod until it is refused, never sleep.
+
+Beliefs of the stand-in these tests corrected: the real server refuses a GPU request that differs from its
+limit in its own validation, before any admission policy (so the role no longer carries such a rule); it
+refuses a policy whose CEL does not compile (422), which the role now finds in a dry run before it writes
+anything; and a pod naming a RuntimeClass that does not exist is refused (403), so each test creates its own.
+"""
+import copy
 import json
-import os
-import sys
-import urllib.error
-import urllib.request
+import re
+import secrets
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from standin_helpers import NotFound, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
+from gpu_policy_cases import CASES, EVASION_IDS, case_pod
 
-VAP = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpu-pod-guardrails"
-BINDING = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/gpu-pod-guardrails"
-CLUSTER_POLICY = "/apis/kyverno.io/v1/clusterpolicies/gpu-pod-guardrails"
-
-NAMESPACES = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-              for name in ("ml", "gpu-operator")]
+VAP_API = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/"
+BINDING_API = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
+CLUSTER_POLICY_API = "/apis/kyverno.io/v1/clusterpolicies/"
+CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 KYVERNO_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
     "metadata": {"name": "clusterpolicies.kyverno.io"},
@@ -28,152 +38,322 @@ KYVERNO_CRD = {
                            "schema": {"openAPIV3Schema": {"type": "object",
                                                           "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
-PLAY = """
+PLAYBOOK = """
 - hosts: localhost
   gather_facts: false
   roles:
-    - role: gpu_native.fleet.gpu_policies
-      vars: %s
+    - gpu_native.fleet.gpu_policies
 """
 
-RUNTIME_MESSAGE = ("ValidatingAdmissionPolicy 'gpu-pod-guardrails' with binding 'gpu-pod-guardrails' denied request: "
-                   "GPU pods must set runtimeClassName: nvidia (container 'train' requests nvidia.com/gpu)")
+
+def failure_message(output):
+    messages = re.findall(r"^fatal: \[localhost\]: FAILED! => (\{.*\})$", output, re.MULTILINE)
+    assert messages, output[-3000:]
+    return json.loads(messages[-1])["msg"]
 
 
-def gpu_pod(name, namespace="ml", runtime_class="nvidia", privileged=False, resources=None):
-    container = {"name": "train", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-                 "resources": resources or {"limits": {"nvidia.com/gpu": "1"}},
-                 "securityContext": {"privileged": privileged}}
-    spec = {"containers": [container]}
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+def recap(output):
+    match = re.search(r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output)
+    assert match, output[-3000:]
+    return {"ok": int(match.group(1)), "changed": int(match.group(2)), "failed": int(match.group(4))}
 
 
-def create_pod(server, obj):
-    request = urllib.request.Request(
-        "%s/api/v1/namespaces/%s/pods" % (server.url, obj["metadata"]["namespace"]),
-        data=json.dumps(obj).encode(), method="POST",
-        headers={"Authorization": "Bearer " + server.token, "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+class Guardrails:
+    """One test's view of the control plane: its namespaces, RuntimeClass and policy name."""
+
+    def __init__(self, plane, run_playbook, kubeconfig):
+        self.plane = plane
+        self.run_playbook = run_playbook
+        self.kubeconfig = kubeconfig
+        suffix = secrets.token_hex(4)
+        self.name = "gpu-guard-" + suffix
+        self.runtime_class = "nvidia-" + suffix
+        self.other_runtime_class = "runc-" + suffix  # what the table's "runc" becomes
+        self.labels = {"gpu-native.io/guardrails-test": suffix}
+        self.namespace = plane.create_namespace("ml-", labels=self.labels)
+        self.system_namespace = plane.create_namespace("sys-", labels=self.labels)
+        # as the runtime_class role makes it: pods naming it get the GPU toleration and node selector
+        plane.api("POST", "/apis/node.k8s.io/v1/runtimeclasses", {
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": self.runtime_class},
+            "handler": "nvidia", "scheduling": {
+                "nodeSelector": {"accelerator": "nvidia-gpu"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}})
+        plane.api("POST", "/apis/node.k8s.io/v1/runtimeclasses", {
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": self.other_runtime_class},
+            "handler": "runc"})
+
+    def variables(self, extra=None):
+        result = {"gpu_policies_kubeconfig": self.kubeconfig, "gpu_policies_name": self.name,
+                  "gpu_policies_runtime_class_name": self.runtime_class,
+                  "gpu_policies_namespace_match_labels": self.labels,
+                  "gpu_policies_excluded_namespaces": [self.system_namespace]}
+        result.update(extra or {})
+        return result
+
+    def play(self, extra=None, args=()):
+        return self.run_playbook(PLAYBOOK, args=["-e", json.dumps(self.variables(extra))] + list(args))
+
+    def get(self, api, name=None):
+        status, body = self.plane.request("GET", api + (name or self.name))
+        return body if status == 200 else None
+
+    def pod(self, case_id, namespace=None):
+        """The case's pod with this test's RuntimeClass, in this test's namespace."""
+        obj = case_pod(case_id, namespace or self.namespace, name=case_id[:63])
+        renamed = {"nvidia": self.runtime_class, "runc": self.other_runtime_class}
+        if obj["spec"].get("runtimeClassName") in renamed:
+            obj["spec"]["runtimeClassName"] = renamed[obj["spec"]["runtimeClassName"]]
+        return obj
+
+    def admit(self, obj, dry_run=True):
+        """(HTTP status, answer) of creating `obj` (a server-side dry run unless told otherwise)."""
+        return self.plane.request("POST", "/api/v1/namespaces/%s/pods%s" % (
+            obj["metadata"]["namespace"], "?dryRun=All" if dry_run else ""), obj)
+
+    def denial(self, expected):
+        """The full text the API server answers for a denial carrying `expected`."""
+        return ("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s"
+                % (self.name, self.name, expected.replace("runtimeClassName: nvidia",
+                                                          "runtimeClassName: " + self.runtime_class)
+                   .replace("runtimeClassName nvidia", "runtimeClassName " + self.runtime_class)))
+
+    def wait_enforced(self):
+        """Poll until the binding is in force (about a second after it is created)."""
+        probe = self.pod("evasion-runtime-class-only")
+        self.plane.wait_for("the binding %s to be enforced" % self.name,
+                            lambda: self.admit(probe)[0] == 422, timeout=30)
+
+    def cleanup(self):
+        for api in (BINDING_API, VAP_API):
+            self.plane.request("DELETE", api + self.name)
+        for runtime_class in (self.runtime_class, self.other_runtime_class):
+            self.plane.request("DELETE", "/apis/node.k8s.io/v1/runtimeclasses/" + runtime_class)
+        for namespace in (self.namespace, self.system_namespace):
+            self.plane.delete_namespace(namespace)
 
 
 @pytest.fixture
-def api(tmp_path):
-    server, kubeconfig = start_k8s_standin(tmp_path, NAMESPACES)
-    server.kubeconfig = kubeconfig
-    yield server
-    server.stop()
+def guardrails(kube_cluster, run_playbook, tmp_path):
+    kubeconfig = kube_cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    test = Guardrails(kube_cluster, run_playbook, kubeconfig)
+    yield test
+    test.cleanup()
 
 
-@pytest.fixture
-def kyverno_api(tmp_path):
-    server, kubeconfig = start_k8s_standin(tmp_path, [KYVERNO_CRD] + NAMESPACES)
-    server.kubeconfig = kubeconfig
-    yield server
-    server.stop()
+def test_the_evasion_table_is_refused_and_legitimate_pods_admitted(guardrails):
+    first = guardrails.play()
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert recap(first.stdout)["changed"] == 2  # the policy and its binding
+    binding = guardrails.get(BINDING_API)
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == guardrails.labels
+    # no CEL type warning against the real Pod schema
+    policy = guardrails.plane.wait_for("the policy's type check", lambda: (guardrails.get(VAP_API).get("status") or {})
+                                       .get("observedGeneration") and guardrails.get(VAP_API))
+    assert not (policy["status"].get("typeChecking") or {}).get("expressionWarnings"), policy["status"]
+    guardrails.wait_enforced()
+
+    outcomes = {}
+    for case_id, _obj, expected in CASES:
+        status, answer = guardrails.admit(guardrails.pod(case_id))
+        outcomes[case_id] = (status, answer.get("message") if isinstance(answer, dict) else answer)
+    wrong = {}
+    for case_id, _obj, expected in CASES:
+        status, message = outcomes[case_id]
+        if expected is None:
+            if status != 201:
+                wrong[case_id] = outcomes[case_id]
+        elif (status, message) != (422, 'pods "%s" is forbidden: %s' % (case_id[:63], guardrails.denial(expected))):
+            wrong[case_id] = outcomes[case_id]
+    assert wrong == {}
+    assert len(EVASION_IDS) >= 15 and all(outcomes[case_id][0] == 422 for case_id in EVASION_IDS)
+
+    # the system namespace (excluded) admits every evasion pod
+    for case_id in EVASION_IDS:
+        status, answer = guardrails.admit(guardrails.pod(case_id, namespace=guardrails.system_namespace))
+        assert status == 201, (case_id, answer)
+
+    second = guardrails.play()
+    assert second.returncode == 0 and recap(second.stdout)["changed"] == 0, second.stdout[-3000:]
 
 
-def play(tmp_path, api, role_vars, *args, env_kubeconfig=True):
-    path = tmp_path / "play.yml"
-    path.write_text(PLAY % json.dumps(role_vars))
-    return run_ansible_playbook(str(path), api.kubeconfig if env_kubeconfig else None, args)
+def test_ephemeral_containers_are_judged_on_their_subresource(guardrails):
+    assert guardrails.play().returncode == 0
+    guardrails.wait_enforced()
+    obj = guardrails.pod("compliant-limits-only")
+    status, created = guardrails.admit(obj, dry_run=False)
+    assert status == 201, created
+    path = "/api/v1/namespaces/%s/pods/%s" % (guardrails.namespace, obj["metadata"]["name"])
 
-
-def absent(api, path):
-    try:
-        api_get(api, path)
-    except NotFound:
-        return True
-    return False
-
-
-def test_vap_refuses_noncompliant_gpu_pods_and_admits_compliant_ones(tmp_path, api):
-    # the connection comes from the role's variable alone (module_defaults), not K8S_AUTH_KUBECONFIG
-    first = play(tmp_path, api, {"gpu_policies_kubeconfig": api.kubeconfig}, env_kubeconfig=False)
-    assert first.returncode == 0, first.stdout
-    assert api_get(api, BINDING)["spec"]["validationActions"] == ["Deny"]
-    version = api_get(api, VAP)["metadata"]["resourceVersion"]
-
-    code, body = create_pod(api, gpu_pod("no-runtime-class", runtime_class=None))
-    assert code == 422, body
-    assert body["reason"] == "Invalid"
-    assert body["message"] == 'pods "no-runtime-class" is forbidden: ' + RUNTIME_MESSAGE
-    code, body = create_pod(api, gpu_pod("privileged", privileged=True))
-    assert code == 422 and body["message"].endswith(
+    def add_ephemeral(privileged):
+        """PUT the ephemeralcontainers subresource of the current pod (the scheduler updates it: retry on 409)."""
+        for _attempt in range(10):
+            current = guardrails.plane.api("GET", path)
+            current["spec"]["ephemeralContainers"] = [{"name": "shell", "image": "registry.invalid/busybox",
+                                                       "securityContext": {"privileged": privileged}}]
+            status, answer = guardrails.plane.request("PUT", path + "/ephemeralcontainers", current)
+            if status != 409:
+                return status, answer
+        return status, answer
+    status, answer = add_ephemeral(True)
+    assert status == 422, answer
+    assert answer["message"].endswith(guardrails.denial(
         "GPU pods must not run privileged containers, which see every GPU of the node: remove "
-        "securityContext.privileged: true (container 'train' sets securityContext.privileged: true)"), body
-    code, body = create_pod(api, gpu_pod("unequal", resources={"limits": {"nvidia.com/gpu": "2"},
-                                                               "requests": {"nvidia.com/gpu": "1"}}))
-    assert code == 422 and "GPU requests must equal limits" in body["message"], body
-
-    assert create_pod(api, gpu_pod("compliant"))[0] == 201
-    assert create_pod(api, gpu_pod("mig", resources={"limits": {"nvidia.com/mig-1g.10gb": "1"}}))[0] == 201
-    assert create_pod(api, gpu_pod("cpu-only", runtime_class=None, resources={"limits": {"cpu": "1"}}))[0] == 201
-    assert create_pod(api, gpu_pod("operator", namespace="gpu-operator", runtime_class=None, privileged=True))[0] \
-        == 201
-
-    second = play(tmp_path, api, {"gpu_policies_kubeconfig": api.kubeconfig}, env_kubeconfig=False)
-    assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout
-    assert api_get(api, VAP)["metadata"]["resourceVersion"] == version
+        "securityContext.privileged: true (container 'shell' sets securityContext.privileged: true)")), answer
+    status, answer = add_ephemeral(False)
+    assert status == 200, answer
 
 
-def test_audit_admits_and_check_mode_writes_nothing(tmp_path, api):
-    check = play(tmp_path, api, {}, "--check", "--diff")
-    assert check.returncode == 0 and "changed=1" in check.stdout, check.stdout
-    assert absent(api, VAP) and absent(api, BINDING)
-    audit = play(tmp_path, api, {"gpu_policies_action": "Audit"})
-    assert audit.returncode == 0, audit.stdout
-    assert api_get(api, BINDING)["spec"]["validationActions"] == ["Warn", "Audit"]
-    assert create_pod(api, gpu_pod("no-runtime-class", runtime_class=None))[0] == 201
-    enforce = play(tmp_path, api, {})
-    assert enforce.returncode == 0 and "changed=1" in enforce.stdout, enforce.stdout
-    assert create_pod(api, gpu_pod("no-runtime-class-2", runtime_class=None))[0] == 422
+def test_unequal_gpu_requests_are_refused_by_the_api_server_itself(guardrails):
+    """Why the role carries no requests-equal-limits rule: core validation refuses such a pod first, with or
+    without the policy, so a policy message for it could never be seen."""
+    obj = guardrails.pod("compliant-limits-only")
+    obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "1"}}
+    status, answer = guardrails.admit(obj)
+    assert status == 422 and "must be equal to nvidia.com/gpu limit" in answer["message"], answer
+    del obj["spec"]["containers"][0]["resources"]["limits"]
+    status, answer = guardrails.admit(obj)
+    assert status == 422 and "Limit must be set for non overcommitable resources" in answer["message"], answer
 
 
-def test_kyverno_engine_needs_kyverno(tmp_path, api):
-    result = play(tmp_path, api, {"gpu_policies_engine": "kyverno"})
+def test_runtime_class_switch_and_audit_and_check_mode(guardrails):
+    check = guardrails.play(args=["--check", "--diff"])
+    assert check.returncode == 0 and recap(check.stdout)["changed"] == 2, check.stdout[-3000:]
+    assert guardrails.get(VAP_API) is None and guardrails.get(BINDING_API) is None
+
+    off = guardrails.play({"gpu_policies_refuse_runtime_class_without_gpu": False})
+    assert off.returncode == 0, off.stdout[-3000:]
+    # in force once the env rule refuses its pod; the RuntimeClass-only pod is then admitted
+    guardrails.plane.wait_for("the binding to be enforced", lambda: guardrails.admit(
+        guardrails.pod("evasion-env-in-container"))[0] == 422, timeout=30)
+    assert guardrails.admit(guardrails.pod("evasion-runtime-class-only"))[0] == 201
+
+    audit = guardrails.play({"gpu_policies_action": "Audit"})
+    assert audit.returncode == 0, audit.stdout[-3000:]
+    assert guardrails.get(BINDING_API)["spec"]["validationActions"] == ["Warn", "Audit"]
+    guardrails.plane.wait_for("the Audit binding", lambda: guardrails.admit(
+        guardrails.pod("evasion-env-in-container"))[0] == 201, timeout=30)
+
+    enforce = guardrails.play()  # the binding's actions change back; the policy is the same
+    assert enforce.returncode == 0 and recap(enforce.stdout)["changed"] == 1, enforce.stdout[-3000:]
+    guardrails.wait_enforced()
+
+
+def test_extra_rules_are_compiled_by_the_server_before_anything_is_written(guardrails):
+    good = guardrails.play({"gpu_policies_extra_rules": [{
+        "name": "team-label", "violations": "has(object.metadata.labels) && 'team' in object.metadata.labels ? [] "
+                                            ": variables.gpuContainers.map(c, \"container '\" + c.name + \"'\")",
+        "message": "GPU pods must carry a team label: add metadata.labels.team"}]})
+    assert good.returncode == 0, good.stdout[-3000:]
+    guardrails.wait_enforced()
+    status, answer = guardrails.admit(guardrails.pod("compliant-limits-only"))
+    assert status == 422 and answer["message"].endswith(
+        "GPU pods must carry a team label: add metadata.labels.team (container 'train')"), answer
+    policy_version = guardrails.get(VAP_API)["metadata"]["resourceVersion"]
+    binding_version = guardrails.get(BINDING_API)["metadata"]["resourceVersion"]
+
+    # a rule that does not compile (the server compiles with object as dyn; a field missing from the Pod
+    # schema is only a status.typeChecking warning, not a compile error)
+    broken = guardrails.play({"gpu_policies_extra_rules": [{
+        "name": "broken", "violations": "variables.gpuContainers.map(c, c.name", "message": "never shown"}]})
+    assert broken.returncode != 0
+    message = failure_message(broken.stdout)
+    assert message.startswith("The API server refused ValidatingAdmissionPolicy %s: " % guardrails.name), message
+    assert "compilation failed" in message and "spec.variables[" in message, message
+    assert message.endswith("Nothing was changed."), message
+    assert guardrails.get(VAP_API)["metadata"]["resourceVersion"] == policy_version
+    assert guardrails.get(BINDING_API)["metadata"]["resourceVersion"] == binding_version
+
+
+def test_a_refused_policy_leaves_no_binding(guardrails):
+    broken = guardrails.play({"gpu_policies_extra_rules": [{
+        "name": "broken", "violations": "[1, 2", "message": "never shown"}]})
+    assert broken.returncode != 0
+    message = failure_message(broken.stdout)
+    assert message.startswith("The API server refused ValidatingAdmissionPolicy %s: ValidatingAdmissionPolicy."
+                              "admissionregistration.k8s.io \"%s\" is invalid: spec.variables[" % (
+                                  guardrails.name, guardrails.name)), message
+    assert "compilation failed: ERROR: <input>:1:" in message and "\\" not in message, message
+    assert guardrails.get(VAP_API) is None
+    assert guardrails.get(BINDING_API) is None
+
+
+def test_kyverno_engine_needs_kyverno(guardrails):
+    result = guardrails.play({"gpu_policies_engine": "kyverno"})
     assert result.returncode != 0
-    assert "does not serve ClusterPolicy in kyverno.io/v1" in result.stdout
-    assert "Fix: install Kyverno 1.11 or newer" in result.stdout
-    assert absent(api, VAP) and absent(api, BINDING)
+    message = failure_message(result.stdout)
+    assert "does not serve ClusterPolicy in kyverno.io/v1" in message and "Fix: install Kyverno 1.11" in message
+    assert guardrails.get(VAP_API) is None and guardrails.get(BINDING_API) is None
 
 
-def test_switching_engines_and_absent(tmp_path, kyverno_api):
-    api = kyverno_api
-    kyverno = play(tmp_path, api, {"gpu_policies_engine": "kyverno", "gpu_policies_action": "Audit"})
-    assert kyverno.returncode == 0, kyverno.stdout
-    cluster_policy = api_get(api, CLUSTER_POLICY)
+@pytest.fixture
+def kyverno_crd(kube_cluster):
+    """Kyverno's ClusterPolicy kind (the CRD only: no Kyverno controller judges pods here)."""
+    kube_cluster.request("DELETE", CRD_API + KYVERNO_CRD["metadata"]["name"])
+    kube_cluster.wait_for("an old ClusterPolicy CRD to go", lambda: kube_cluster.request(
+        "GET", CRD_API + KYVERNO_CRD["metadata"]["name"])[0] == 404)
+    kube_cluster.api("POST", CRD_API.rstrip("/"), copy.deepcopy(KYVERNO_CRD))
+
+    def established():
+        crd = kube_cluster.api("GET", CRD_API + KYVERNO_CRD["metadata"]["name"])
+        served = kube_cluster.request("GET", "/apis/kyverno.io/v1/clusterpolicies")[0] == 200
+        return served and any(c["type"] == "Established" and c["status"] == "True"
+                              for c in crd.get("status", {}).get("conditions", []))
+    kube_cluster.wait_for("the ClusterPolicy CRD to be served", established)
+    yield
+    kube_cluster.request("DELETE", CRD_API + KYVERNO_CRD["metadata"]["name"])
+
+
+def test_switching_engines_and_absent(guardrails, kyverno_crd):
+    kyverno = guardrails.play({"gpu_policies_engine": "kyverno", "gpu_policies_action": "Audit"})
+    assert kyverno.returncode == 0, kyverno.stdout[-3000:]
+    cluster_policy = guardrails.get(CLUSTER_POLICY_API)
     assert cluster_policy["spec"]["validationFailureAction"] == "Audit"
-    assert cluster_policy["spec"]["rules"][0]["exclude"]["any"][0]["resources"]["namespaces"] == [
-        "kube-system", "gpu-operator"]
-    assert absent(api, VAP)
+    rule = cluster_policy["spec"]["rules"][0]
+    assert rule["exclude"]["any"][0]["resources"]["namespaces"] == [guardrails.system_namespace]
+    assert rule["match"]["any"][0]["resources"]["namespaceSelector"] == {"matchLabels": guardrails.labels}
+    assert guardrails.get(VAP_API) is None
 
-    both = play(tmp_path, api, {"gpu_policies_engine": "both"})
-    assert both.returncode == 0, both.stdout
-    assert api_get(api, CLUSTER_POLICY)["spec"]["validationFailureAction"] == "Enforce"
-    assert api_get(api, VAP) and api_get(api, BINDING)
+    both = guardrails.play({"gpu_policies_engine": "both"})
+    assert both.returncode == 0, both.stdout[-3000:]
+    assert guardrails.get(CLUSTER_POLICY_API)["spec"]["validationFailureAction"] == "Enforce"
+    assert guardrails.get(VAP_API) and guardrails.get(BINDING_API)
 
-    vap = play(tmp_path, api, {"gpu_policies_engine": "vap"})
-    assert vap.returncode == 0, vap.stdout
-    assert absent(api, CLUSTER_POLICY) and api_get(api, VAP)
+    vap = guardrails.play({"gpu_policies_engine": "vap"})
+    assert vap.returncode == 0, vap.stdout[-3000:]
+    assert guardrails.get(CLUSTER_POLICY_API) is None and guardrails.get(VAP_API)
 
-    gone = play(tmp_path, api, {"gpu_policies_state": "absent"})
-    assert gone.returncode == 0, gone.stdout
-    assert absent(api, VAP) and absent(api, BINDING) and absent(api, CLUSTER_POLICY)
-    again = play(tmp_path, api, {"gpu_policies_state": "absent"})
-    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
+    gone = guardrails.play({"gpu_policies_state": "absent"})
+    assert gone.returncode == 0, gone.stdout[-3000:]
+    assert guardrails.get(VAP_API) is None and guardrails.get(BINDING_API) is None
+    assert guardrails.get(CLUSTER_POLICY_API) is None
+    again = guardrails.play({"gpu_policies_state": "absent"})
+    assert again.returncode == 0 and recap(again.stdout)["changed"] == 0, again.stdout[-3000:]
 
 
-def test_bad_variables_stop_before_any_change(tmp_path, api):
-    result = play(tmp_path, api, {"gpu_policies_extra_rules": [{"name": "team", "violations": "[]",
-                                                                "message": "m", "severity": "high"}]})
+def test_bad_variables_stop_before_any_change(guardrails):
+    result = guardrails.play({"gpu_policies_extra_rules": [{"name": "team", "violations": "[]",
+                                                            "message": "m", "severity": "high"}]})
     assert result.returncode != 0
-    assert ("gpu_policies_extra_rules[0] has unknown keys severity. Fix: use only name, violations, message."
-            in result.stdout), result.stdout
-    assert "Nothing was changed." in result.stdout
-    assert absent(api, VAP) and absent(api, BINDING)
+    message = failure_message(result.stdout)
+    assert "gpu_policies_extra_rules[0] has unknown keys severity. Fix: use only name, violations, message." \
+        in message and "Nothing was changed." in message
+    result = guardrails.play({"gpu_policies_gpu_taint_keys": ['x" || true || "']})
+    assert result.returncode != 0 and "gpu_policies_gpu_taint_keys[0]" in failure_message(result.stdout)
+    assert guardrails.get(VAP_API) is None and guardrails.get(BINDING_API) is None
+
+
+def test_credentials_that_may_not_write_policies_change_nothing(guardrails, tmp_path):
+    """A token without RBAC rights on admission policies: the dry run is refused (403) and says so."""
+    review = guardrails.plane.api("POST", "/api/v1/namespaces/%s/serviceaccounts/default/token" % guardrails.namespace,
+                                  {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                   "spec": {"expirationSeconds": 600}})
+    kubeconfig = guardrails.plane.write_kubeconfig(str(tmp_path / "tenant.kubeconfig"), token=review["status"]["token"])
+    result = guardrails.play({"gpu_policies_kubeconfig": kubeconfig})
+    assert result.returncode != 0
+    message = failure_message(result.stdout)
+    assert message.startswith("The API server refused ValidatingAdmissionPolicy %s: " % guardrails.name), message
+    assert "cannot create resource" in message or "forbidden" in message, message
+    assert "a 403 means the credentials of gpu_policies_kubeconfig may not write these objects" in message, message
+    assert message.endswith("Nothing was changed.")
+    assert guardrails.get(VAP_API) is None and guardrails.get(BINDING_API) is None

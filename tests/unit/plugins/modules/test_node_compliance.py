@@ -45,3 +45,25 @@ def test_drift_is_reported_not_failed_and_nothing_changes(monkeypatch, capsys):
     code, result, calls = run(monkeypatch, capsys, {"_ansible_check_mode": True})
     assert code == 0 and result["changed"] is False and result["compliant"] is False
     assert result["checks"][0]["check"] == "spec" and len(calls) == 1
+
+
+def _run_real(capsys, args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as info:
+            module.main()
+    return info.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_isolation_check_reads_the_toolkit_config_it_is_given(capsys, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+                      "accept-nvidia-visible-devices-as-volume-mounts = true\n[nvidia-container-cli]\n")
+    code, result = _run_real(capsys, {"checks": ["isolation"], "toolkit_config": str(config)})
+    assert code == 0 and result["compliant"] is True and result["changed"] is False
+    assert [(c["check"], c["status"]) for c in result["checks"]][-1] == ("isolation", "pass")
+    config.write_text("#accept-nvidia-visible-devices-envvar-when-unprivileged = false\n")
+    code, result = _run_real(capsys, {"checks": ["isolation"], "toolkit_config": str(config)})
+    assert code == 0 and result["compliant"] is False
+    isolation = result["checks"][-1]
+    assert isolation["status"] == "fail" and "default true applies" in isolation["items"][0]
+    assert config.read_text().startswith("#accept")  # read, never written

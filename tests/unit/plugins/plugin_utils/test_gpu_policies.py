@@ -40,10 +40,11 @@ def test_vap_shape_and_binding():
     assert spec["matchConstraints"]["resourceRules"][0] == {
         "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
     assert spec["matchConstraints"]["resourceRules"][1]["resources"] == ["pods/ephemeralcontainers"]
-    assert [item["name"] for item in spec["matchConditions"]] == ["requests-gpu"]
+    assert [item["name"] for item in spec["matchConditions"]] == ["reaches-for-gpus"]
     assert [item["expression"] for item in spec["validations"]] == [
-        "variables.rule_gpu_requests_equal_limits.size() == 0", "variables.rule_gpu_no_privileged.size() == 0",
-        "variables.rule_gpu_runtime_class.size() == 0"]
+        "variables.rule_gpu_no_privileged.size() == 0", "variables.rule_gpu_runtime_class.size() == 0",
+        "variables.rule_gpu_env_without_gpu.size() == 0", "variables.rule_gpu_runtime_class_without_gpu.size() == 0",
+        "variables.rule_gpu_node_no_privileged.size() == 0"]
     assert all("\n" not in item["expression"] for item in spec["variables"] + spec["validations"])
     assert binding["spec"] == {
         "policyName": "gpu-pod-guardrails", "validationActions": ["Deny"],
@@ -77,7 +78,28 @@ def test_placeholders_are_filled_and_quoted():
     assert variables["gpuResourceNames"] == '["nvidia.com/gpu"]'
     assert variables["gpuResourcePrefixes"] == '["nvidia.com/mig-"]'
     assert '== "nvidia-cdi"' in variables["rule_gpu_runtime_class"]
-    assert policy["spec"]["validations"][2]["message"] == "GPU pods must set runtimeClassName: nvidia-cdi"
+    assert policy["spec"]["validations"][1]["message"] == "GPU pods must set runtimeClassName: nvidia-cdi"
+    assert '["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"]' in variables["rule_gpu_env_without_gpu"]
+    assert '["void", "none"]' in variables["rule_gpu_env_without_gpu"]
+
+
+def test_isolation_placeholders_follow_the_variables():
+    policy = render_policy_objects(CEL_DATA, gpu_taint_keys=["example.com/gpu"],
+                                   gpu_node_labels=["accelerator", "nvidia.com/*"],
+                                   resource_claims_are_gpu=False, refuse_runtime_class_without_gpu=False)[0]
+    variables = {item["name"]: item["expression"] for item in policy["spec"]["variables"]}
+    assert 't.key in ["example.com/gpu"]' in variables["onGpuNodes"]
+    assert 'k in ["accelerator"] || ["nvidia.com/"].exists(p, k.startsWith(p))' in variables["onGpuNodes"]
+    assert variables["isGpuPod"].endswith("(false && has(object.spec.resourceClaims) "
+                                          "&& object.spec.resourceClaims.size() > 0)")
+    assert variables["rule_gpu_runtime_class_without_gpu"].startswith("false && ")
+    assert "@" not in yaml.safe_dump(policy)
+
+
+def test_extra_rules_are_wrapped_for_gpu_pods_only():
+    policy = render_policy_objects(CEL_DATA, extra_rules=[RULE])[0]
+    variables = {item["name"]: item["expression"] for item in policy["spec"]["variables"]}
+    assert variables["rule_team_label"] == "variables.isGpuPod ? ([]) : []"
 
 
 def test_the_role_data_is_not_changed_by_rendering():
@@ -116,6 +138,14 @@ def test_the_role_data_is_not_changed_by_rendering():
                                                               "'gpu-runtime-class' is already used"),
     ({"extra_rules": [RULE, RULE]}, "gpu_policies_extra_rules[1].name 'team-label' is already used"),
     ({"extra_rules": [RULE] * 65}, "gpu_policies_extra_rules has 65 rules; at most 64"),
+    ({"gpu_taint_keys": "nvidia.com/gpu"}, "gpu_policies_gpu_taint_keys must be a list of strings"),
+    ({"gpu_taint_keys": ["nvidia.com/*"]}, "gpu_policies_gpu_taint_keys[0] ('nvidia.com/*') is not a taint key"),
+    ({"gpu_taint_keys": ['x" || true || "']}, "gpu_policies_gpu_taint_keys[0]"),
+    ({"gpu_node_labels": ["Bad Key"]}, "gpu_policies_gpu_node_labels[0] ('Bad Key') is not a node label key"),
+    ({"gpu_node_labels": ["nvidia.com/*x"]}, "gpu_policies_gpu_node_labels[0] ('nvidia.com/*x')"),
+    ({"gpu_node_labels": ["a"] * 65}, "gpu_policies_gpu_node_labels has 65 entries; at most 64"),
+    ({"resource_claims_are_gpu": "yes"}, "gpu_policies_resource_claims_are_gpu must be true or false"),
+    ({"refuse_runtime_class_without_gpu": 1}, "gpu_policies_refuse_runtime_class_without_gpu must be true or"),
 ])
 def test_bad_input_is_refused_with_the_variable_and_the_fix(kwargs, fragment):
     with pytest.raises(GpuPolicyError) as error:
@@ -131,9 +161,28 @@ def test_broken_role_data_is_reported():
     data["variables"][0]["name"] = "not-an-identifier"
     with pytest.raises(GpuPolicyError, match=r"__gpu_policies_cel.variables\[0\]"):
         render_policy_objects(data)
+    data = copy.deepcopy(CEL_DATA)
+    data["macros"]["lower"] = "true"
+    with pytest.raises(GpuPolicyError, match=r"__gpu_policies_cel.macros must map"):
+        render_policy_objects(data)
+    data = copy.deepcopy(CEL_DATA)
+    del data["gpu_env_names"]
+    with pytest.raises(GpuPolicyError, match=r"__gpu_policies_cel.gpu_env_names must be a list"):
+        render_policy_objects(data)
 
 
 def test_filter_wraps_errors_and_defaults():
     assert len(gpu_policy_objects(CEL_DATA, engine="both")) == 3
     with pytest.raises(AnsibleFilterError, match="gpu_policies_engine is 'x'"):
         gpu_policy_objects(CEL_DATA, engine="x")
+
+
+def test_namespace_match_labels_join_the_exclusions():
+    _policy, binding = render_policy_objects(CEL_DATA, excluded_namespaces=["kube-system"],
+                                             namespace_match_labels={"tenant": "true"})
+    assert binding["spec"]["matchResources"] == {"namespaceSelector": {
+        "matchLabels": {"tenant": "true"},
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}}
+    for bad in ({"tenant": True}, {"Bad Key": "x"}, {"tenant": "x" * 64}, ["tenant"]):
+        with pytest.raises(GpuPolicyError, match="gpu_policies_namespace_match_labels"):
+            render_policy_objects(CEL_DATA, namespace_match_labels=bad)

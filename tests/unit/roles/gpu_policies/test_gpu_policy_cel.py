@@ -1,5 +1,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The GPU pod guardrails, evaluated with a real CEL engine (cel-expr-python) over a table of pods.
+"""The GPU pod guardrails, evaluated with a real CEL engine (cel-expr-python) over a table of pods
+(tests/gpu_policy_cases.py, the same table the real API server judges in
+tests/integration/roles/test_gpu_policies_role.py).
 
 Every rendered expression (match condition, variables, validations, message expressions) of both
 renderings, the ValidatingAdmissionPolicy and the Kyverno ClusterPolicy, is compiled and evaluated
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import render_policy_objects
+from gpu_policy_cases import CASES, GPU1, GPU_TOLERATION, NODE_PRIV, PRIV, container, pod
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE_VARS = os.path.join(REPO_ROOT, "roles", "gpu_policies", "vars", "main.yml")
@@ -29,118 +32,14 @@ with open(ROLE_VARS, encoding="utf-8") as _handle:
 with open(ROLE_DEFAULTS, encoding="utf-8") as _handle:
     DEFAULTS = yaml.safe_load(_handle)
 
-REQ = ("GPU requests must equal limits: set resources.limits of each GPU resource to its request, "
-       "or leave the GPU out of requests (it defaults to the limit)")
-PRIV = ("GPU pods must not run privileged containers, which see every GPU of the node: "
-        "remove securityContext.privileged: true")
-RTC = "GPU pods must set runtimeClassName: nvidia"
-
 
 def render(engine, **kwargs):
     args = dict(runtime_class_name="nvidia", gpu_resources=DEFAULTS["gpu_policies_gpu_resources"],
-                excluded_namespaces=DEFAULTS["gpu_policies_excluded_namespaces"])
+                excluded_namespaces=DEFAULTS["gpu_policies_excluded_namespaces"],
+                gpu_taint_keys=DEFAULTS["gpu_policies_gpu_taint_keys"],
+                gpu_node_labels=DEFAULTS["gpu_policies_gpu_node_labels"])
     args.update(kwargs)
     return render_policy_objects(CEL_DATA, engine=engine, **args)
-
-
-def container(name, limits=None, requests=None, privileged=None):
-    result = {"name": name, "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
-    resources = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    if resources:
-        result["resources"] = resources
-    if privileged is not None:
-        result["securityContext"] = {"privileged": privileged}
-    return result
-
-
-def pod(containers, runtime_class="nvidia", init=None, ephemeral=None, namespace="ml", labels=None):
-    spec = {"containers": containers}
-    if runtime_class is not None:
-        spec["runtimeClassName"] = runtime_class
-    if init:
-        spec["initContainers"] = init
-    if ephemeral:
-        spec["ephemeralContainers"] = ephemeral
-    meta = {"name": "p", "namespace": namespace}
-    if labels:
-        meta["labels"] = labels
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
-GPU1 = {"nvidia.com/gpu": "1"}
-CPU = {"cpu": "500m", "memory": "1Gi"}
-
-# (id, pod, expected message or None for allowed)
-CASES = [
-    ("compliant-limits-only", pod([container("train", limits=GPU1)]), None),
-    ("compliant-requests-equal-limits",
-     pod([container("train", limits={"nvidia.com/gpu": "2", "cpu": "4"},
-                    requests={"nvidia.com/gpu": "2", "cpu": "1"})]), None),
-    ("compliant-int-and-string-quantities",
-     pod([container("train", limits={"nvidia.com/gpu": 2}, requests={"nvidia.com/gpu": "2"})]), None),
-    ("compliant-mixed-containers",
-     pod([container("sidecar", limits=CPU, requests=CPU), container("train", limits=GPU1)],
-         init=[container("fetch", limits=CPU)]), None),
-    ("compliant-mig", pod([container("infer", limits={"nvidia.com/mig-1g.10gb": "1"})]), None),
-    ("requests-differ-from-limits",
-     pod([container("train", limits={"nvidia.com/gpu": "2"}, requests={"nvidia.com/gpu": "1"})]),
-     REQ + " (container 'train')"),
-    ("requests-without-limits",
-     pod([container("train", requests={"nvidia.com/gpu": "1"})]), REQ + " (container 'train')"),
-    ("mig-requests-differ",
-     pod([container("infer", limits={"nvidia.com/mig-1g.10gb": "1"}, requests={"nvidia.com/mig-1g.10gb": "2"})]),
-     REQ + " (container 'infer')"),
-    ("privileged-gpu-container",
-     pod([container("train", limits=GPU1, privileged=True)]),
-     PRIV + " (container 'train' sets securityContext.privileged: true)"),
-    ("privileged-sidecar-in-gpu-pod",
-     pod([container("train", limits=GPU1), container("debug", privileged=True)]),
-     PRIV + " (container 'debug' sets securityContext.privileged: true)"),
-    ("privileged-ephemeral-in-gpu-pod",
-     pod([container("train", limits=GPU1)], ephemeral=[container("shell", privileged=True)]),
-     PRIV + " (container 'shell' sets securityContext.privileged: true)"),
-    ("privileged-false-is-fine", pod([container("train", limits=GPU1, privileged=False)]), None),
-    ("no-runtime-class", pod([container("train", limits=GPU1)], runtime_class=None),
-     RTC + " (container 'train' requests nvidia.com/gpu)"),
-    ("wrong-runtime-class", pod([container("train", limits=GPU1)], runtime_class="runc"),
-     RTC + " (container 'train' requests nvidia.com/gpu)"),
-    ("limits-only-no-runtime-class-mig",
-     pod([container("infer", limits={"nvidia.com/mig-1g.10gb": "1"})], runtime_class=None),
-     RTC + " (container 'infer' requests nvidia.com/mig-1g.10gb)"),
-    ("gpu-shared-no-runtime-class",
-     pod([container("notebook", limits={"nvidia.com/gpu.shared": "1"})], runtime_class=None),
-     RTC + " (container 'notebook' requests nvidia.com/gpu.shared)"),
-    ("init-container-gpu-no-runtime-class",
-     pod([container("main", limits=CPU)], init=[container("warmup", limits=GPU1)], runtime_class=None),
-     RTC + " (container 'warmup' requests nvidia.com/gpu)"),
-    ("two-gpu-containers-no-runtime-class",
-     pod([container("a", limits=GPU1), container("b", limits=GPU1), container("c", limits=CPU)],
-         runtime_class=None),
-     RTC + " (container 'a' requests nvidia.com/gpu and 1 more)"),
-    ("every-violation-first-rule-reported",
-     pod([container("train", limits={"nvidia.com/gpu": "2"}, requests={"nvidia.com/gpu": "1"}, privileged=True)],
-         runtime_class=None),
-     REQ + " (container 'train')"),
-    ("privileged-and-no-runtime-class",
-     pod([container("train", limits=GPU1, privileged=True)], runtime_class=None),
-     PRIV + " (container 'train' sets securityContext.privileged: true)"),
-    # pods without a GPU are never touched, whatever they do
-    ("non-gpu-privileged-no-runtime-class",
-     pod([container("web", limits=CPU, privileged=True)], runtime_class=None), None),
-    ("non-gpu-no-resources", pod([container("web")], runtime_class=None), None),
-    ("non-gpu-other-extended-resource",
-     pod([container("nic", limits={"rdma/hca_shared_devices_a": "1"})], runtime_class=None), None),
-    ("non-gpu-lookalike-resource",
-     pod([container("x", limits={"nvidia.com/gpu-feature": "1", "example.com/nvidia.com/gpu": "1"})],
-         runtime_class=None), None),
-    ("gpu-zero-still-a-gpu-pod",
-     pod([container("train", limits={"nvidia.com/gpu": "0"})], runtime_class=None),
-     RTC + " (container 'train' requests nvidia.com/gpu)"),
-]
 
 
 def kyverno_as_policy(cluster_policy):
@@ -198,23 +97,37 @@ def test_both_engines_carry_the_same_cel(vap_objects, kyverno_policy):
 
 
 def test_every_expression_compiles_and_evaluates(vap_objects):
-    """Each expression alone, over a violating GPU pod: no compile or runtime error anywhere."""
+    """Each expression alone, over a GPU pod and a non-GPU pod that break every rule they can: no compile or
+    runtime error anywhere (a message expression is evaluated only for a failed validation, as the server does)."""
     spec = vap_objects[0]["spec"]
-    obj = pod([container("train", limits=GPU1, requests={"nvidia.com/gpu": "2"}, privileged=True)],
-              runtime_class=None, init=[container("i", limits=GPU1)], ephemeral=[container("e")])
-    activation = {"object": obj, "variables": {}}
-    value, error = STANDIN.cel_evaluate(spec["matchConditions"][0]["expression"], activation)
-    assert (value, error) == (True, None)
-    for variable in spec["variables"]:
-        value, error = STANDIN.cel_evaluate(variable["expression"], activation)
-        assert error is None, (variable["name"], error)
-        activation["variables"][variable["name"]] = value
-    for validation in spec["validations"]:
-        for field in ("expression", "messageExpression"):
-            value, error = STANDIN.cel_evaluate(validation[field], activation)
-            assert error is None, (validation[field], error)
+    gpu_pod = pod([container("train", limits=GPU1, privileged=True),
+                   container("steal", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])],
+                  runtime_class=None, init=[container("i", limits=GPU1)], ephemeral=[container("e")],
+                  tolerations=GPU_TOLERATION, node_selector={"accelerator": "nvidia-gpu"},
+                  resource_claims=[{"name": "gpu", "resourceClaimName": "c"}])
+    other_pod = pod([container("steal", privileged=True,
+                               env=[{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}])],
+                    tolerations=GPU_TOLERATION)
+    failed = set()
+    for obj in (gpu_pod, other_pod):
+        activation = {"object": obj, "variables": {}}
+        value, error = STANDIN.cel_evaluate(spec["matchConditions"][0]["expression"], activation)
+        assert (value, error) == (True, None)
+        for variable in spec["variables"]:
+            value, error = STANDIN.cel_evaluate(variable["expression"], activation)
+            assert error is None, (variable["name"], error)
+            activation["variables"][variable["name"]] = value
+        for validation in spec["validations"]:
+            value, error = STANDIN.cel_evaluate(validation["expression"], activation)
+            assert error is None and isinstance(value, bool), (validation["expression"], error)
+            if not value:
+                failed.add(validation["expression"])
+                text, error = STANDIN.cel_evaluate(validation["messageExpression"], activation)
+                assert error is None and text.startswith(validation["message"] + " ("), (text, error)
     assert [name for name in activation["variables"] if name.startswith("rule_")] == [
-        "rule_gpu_requests_equal_limits", "rule_gpu_no_privileged", "rule_gpu_runtime_class"]
+        "rule_gpu_no_privileged", "rule_gpu_runtime_class", "rule_gpu_env_without_gpu",
+        "rule_gpu_runtime_class_without_gpu", "rule_gpu_node_no_privileged"]
+    assert failed == set(item["expression"] for item in spec["validations"])
 
 
 @pytest.mark.parametrize("namespace", ["kube-system", "gpu-operator"])
@@ -224,6 +137,46 @@ def test_excluded_namespaces_are_never_checked(vap_objects, kyverno_policy, name
     assert decide_kyverno(kyverno_policy, bad) is None
     bad["metadata"]["namespace"] = "ml"
     assert decide_vap(vap_objects, bad) == PRIV + " (container 'driver' sets securityContext.privileged: true)"
+    # the GPU Operator's own kind of pod: privileged, on GPU nodes, NVIDIA_VISIBLE_DEVICES=all, no GPU request
+    operator = pod([container("toolkit", privileged=True, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])],
+                   runtime_class="nvidia", namespace=namespace, tolerations=GPU_TOLERATION)
+    assert decide_vap(vap_objects, operator) is None
+    assert decide_kyverno(kyverno_policy, operator) is None
+
+
+def test_ephemeral_container_is_judged_like_the_others(vap_objects, kyverno_policy):
+    debug = pod([container("train", limits=GPU1)], ephemeral=[container("shell", privileged=True)])
+    expected = PRIV + " (container 'shell' sets securityContext.privileged: true)"
+    assert decide_vap(vap_objects, debug) == decide_kyverno(kyverno_policy, debug) == expected
+    steal = pod([container("web")], runtime_class=None, tolerations=GPU_TOLERATION,
+                ephemeral=[container("shell", privileged=True)])
+    assert decide_vap(vap_objects, steal) == NODE_PRIV + " (container 'shell' sets securityContext.privileged: true)"
+
+
+def test_the_switches_turn_their_rule_off():
+    runtime_class_only = pod([container("web")])
+    assert decide_vap(render("vap"), runtime_class_only) is not None
+    assert decide_vap(render("vap", refuse_runtime_class_without_gpu=False), runtime_class_only) is None
+    claim_only = pod([container("main")], runtime_class=None, resource_claims=[{"name": "nic", "resourceClaimName": "c"}])
+    assert decide_vap(render("vap"), claim_only) is not None
+    assert decide_vap(render("vap", resource_claims_are_gpu=False), claim_only) is None
+    # the GPU taint and node labels are the variables, not fixed names
+    custom = render("vap", gpu_taint_keys=["example.com/accel"], gpu_node_labels=["example.com/*"])
+    assert decide_vap(custom, pod([container("s", privileged=True)], runtime_class=None,
+                                  tolerations=GPU_TOLERATION)) is None
+    assert decide_vap(custom, pod([container("s", privileged=True)], runtime_class=None,
+                                  tolerations=[{"key": "example.com/accel", "operator": "Exists"}])) is not None
+    assert decide_vap(custom, pod([container("s", privileged=True)], runtime_class=None,
+                                  node_selector={"example.com/gpu": "yes"})) is not None
+
+
+def test_namespace_match_labels_limit_both_engines():
+    objects = render("both", namespace_match_labels={"tenant": "true"})
+    bad = pod([container("steal", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])], runtime_class=None)
+    assert decide_vap(objects[:2], bad) is None
+    assert decide_vap(objects[:2], bad, namespace_labels={"tenant": "true"}) is not None
+    assert objects[2]["spec"]["rules"][0]["match"]["any"][0]["resources"]["namespaceSelector"] == {
+        "matchLabels": {"tenant": "true"}}
 
 
 def test_runtime_class_name_and_gpu_resources_are_configurable():
@@ -251,7 +204,7 @@ def test_extra_rule_in_the_same_form():
             "GPU pods must carry a team label for chargeback: add metadata.labels.team (container 'train')")
         assert decide(pod([container("train", limits=GPU1)], labels={"team": "vision"})) is None
         # extra rules apply to GPU pods only
-        assert decide(pod([container("web")])) is None
+        assert decide(pod([container("web")], runtime_class=None)) is None
 
 
 def test_extra_rule_with_an_invalid_expression_denies_under_fail():

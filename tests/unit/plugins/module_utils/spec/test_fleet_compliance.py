@@ -1,4 +1,8 @@
-"""fleet_compliance: the containerd and readiness checks, and the tool-run cache."""
+"""fleet_compliance: the containerd, readiness and isolation checks, and the tool-run cache."""
+import os
+
+import pytest
+
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import fleet_compliance as fc
 
 V2 = """version = 2
@@ -47,5 +51,79 @@ def test_readiness_freshness(tmp_path):
 
 def test_unselected_checks_are_skipped_and_not_counted():
     result = fc.run_checks({"checks": ["readiness"]})
-    assert [c["status"] for c in result["checks"]] == ["skip"] * 4
+    assert [c["status"] for c in result["checks"]] == ["skip"] * 5
+    assert [c["check"] for c in result["checks"]] == ["spec", "gpu_health", "containerd", "readiness", "isolation"]
     assert result["compliant"] is True and result["tool_runs"] == 0
+
+
+# What the container_toolkit role leaves in the toolkit's config (the package's commented defaults around it).
+TOOLKIT_OK = """accept-nvidia-visible-devices-as-volume-mounts = true
+accept-nvidia-visible-devices-envvar-when-unprivileged = false
+disable-require = false
+#swarm-resource = "DOCKER_RESOURCE_GPU"
+
+[nvidia-container-cli]
+ldconfig = "@/sbin/ldconfig.real"
+
+[nvidia-container-runtime]
+mode = "auto"
+"""
+
+
+def test_isolation_passes_on_the_roles_settings(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text(TOOLKIT_OK)
+    result = fc.check_isolation(str(path))
+    assert result["status"] == "pass", result
+    assert result["actual"] == ("accept-nvidia-visible-devices-envvar-when-unprivileged = false, "
+                                "accept-nvidia-visible-devices-as-volume-mounts = true")
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false" in result["expected"]
+    # through run_checks, with the module's option
+    checks = fc.run_checks({"checks": ["isolation"], "toolkit_config": str(path)})
+    assert checks["compliant"] is True and checks["checks"][-1]["status"] == "pass"
+
+
+@pytest.mark.parametrize("text,fragment", [
+    (TOOLKIT_OK.replace("unprivileged = false", "unprivileged = true"),
+     "accept-nvidia-visible-devices-envvar-when-unprivileged = true"),
+    (TOOLKIT_OK.replace("mounts = true", "mounts = false"), "accept-nvidia-visible-devices-as-volume-mounts = false"),
+    # the package's own file: both keys commented out, so the toolkit's defaults (envvar accepted) apply
+    (TOOLKIT_OK.replace("accept-nvidia", "#accept-nvidia"),
+     "accept-nvidia-visible-devices-envvar-when-unprivileged is absent: the toolkit's default true applies"),
+    (TOOLKIT_OK.replace("unprivileged = false", 'unprivileged = "false"'),
+     "accept-nvidia-visible-devices-envvar-when-unprivileged = 'false'"),
+    # the key inside a table is not the top-level setting the toolkit reads
+    ("[nvidia-container-runtime]\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+     "accept-nvidia-visible-devices-as-volume-mounts = true\n", "is absent"),
+])
+def test_isolation_fails_on_drift(tmp_path, text, fragment):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    result = fc.check_isolation(str(path))
+    assert result["status"] == "fail", result
+    assert any(fragment in item for item in result["items"]), result
+    assert "Fix: run the container_toolkit role" in result["actual"]
+    checks = fc.run_checks({"checks": ["isolation"], "toolkit_config": str(path)})
+    assert checks["compliant"] is False
+
+
+def test_isolation_missing_unreadable_and_hostile_files(tmp_path):
+    missing = fc.check_isolation(str(tmp_path / "absent.toml"))
+    assert missing["status"] == "fail" and "is missing: the toolkit's defaults apply" in missing["actual"]
+    broken = tmp_path / "broken.toml"
+    broken.write_text("accept-nvidia-visible-devices-envvar-when-unprivileged = \n[")
+    result = fc.check_isolation(str(broken))
+    assert result["status"] == "error" and "invalid TOML" in result["actual"], result
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (fc.TOOLKIT_CONFIG_MAX_BYTES + 10))
+    result = fc.check_isolation(str(big))
+    assert result["status"] == "error" and "larger than" in result["actual"]
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe = 1\n")
+    assert fc.check_isolation(str(binary))["status"] == "error"
+    # not a regular file: a FIFO would block a plain open(); a directory is refused too
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(str(fifo))
+    result = fc.check_isolation(str(fifo))
+    assert result["status"] == "error", result
+    assert fc.check_isolation(str(tmp_path))["status"] == "error"
