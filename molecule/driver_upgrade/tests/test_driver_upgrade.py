@@ -164,3 +164,19 @@ def test_after_its_reboot_the_rerun_finished_the_held_node_and_left_the_others_a
     rows = summary(log)
     assert "already at 570.172.08-1" in rows["gpu-up-1"] and "already at 570.172.08-1" in rows["gpu-up-2"]
     assert rows["gpu-up-3"].split()[4] == "resumed" and "finished" in rows["gpu-up-3"], rows["gpu-up-3"]
+
+
+def test_the_readiness_timer_was_stopped_while_the_modules_were_swapped(host):
+    # Every call of the modprobe stand-in after prepare (the driver runs: unload, load; gpu-up-3's refused unload
+    # and, after its reboot, the load) recorded the readiness timer's state (molecule/driver_upgrade/prepare.yml).
+    calls = [json.loads(line) for line in host.file("/var/log/gpu-native-test/modprobe-calls.jsonl").content_string.splitlines()]
+    # Each node's driver run unloaded (or, on gpu-up-3, tried to unload) the old modules.
+    assert any("--remove" in call["argv"] or "-r" in call["argv"] for call in calls), calls
+    assert [call["units"]["gpu-native-readiness.timer"] for call in calls] == ["inactive"] * len(calls), calls
+
+
+def test_the_readiness_timer_runs_again_after_the_upgrades(host):
+    # Also on gpu-up-1, whose toolkit run was killed while its GPU clients were paused (the rerun's pause finds the
+    # mark the killed run left in /run/gpu-native-fleet and starts the timer on resume), and on gpu-up-3 (failed, given back).
+    assert host.service("gpu-native-readiness.timer").is_running
+    assert not host.file("/run/gpu-native-fleet/gpu-native-readiness.timer.paused").exists

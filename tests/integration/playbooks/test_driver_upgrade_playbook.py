@@ -69,7 +69,7 @@ def run(tmp_path, seed, hosts, extra, check=False):
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     variables = {"upgrade_become": False, "upgrade_gather_facts": False, "nvidia_driver_version": "535.261.03",
                  "preflight_kubeconfig": kubeconfig, "upgrade_eviction_timeout": 3, "upgrade_eviction_wait_sleep": 1,
-                 "mig_events": False}
+                 "upgrade_events": False}
     variables.update(extra)
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     args = ["-i", str(tmp_path / "inventory.json"), "-e", "@" + str(tmp_path / "vars.json")] + (["--check"] if check else [])
@@ -186,7 +186,8 @@ def test_check_mode_reports_the_plan_and_changes_nothing(tmp_path):
     ({"upgrade_max_fail_percentage": 150}, "upgrade_max_fail_percentage is 150"),
     ({"upgrade_reboot": "always"}, "upgrade_reboot is always, not if_needed or never"),
     ({"upgrade_gpu_clients_poll_interval": 0}, "upgrade_gpu_clients_poll_interval is not a positive number of seconds"),
-    ({"upgrade_gpu_clients_timeout": "five"}, "upgrade_gpu_clients_timeout or"),
+    # The role's argument spec (type int) refuses a word before any task runs.
+    ({"upgrade_gpu_clients_timeout": "five"}, "argument 'upgrade_gpu_clients_timeout' is of type str and we were unable to convert to int"),
 ])
 def test_bad_settings_are_refused_before_anything_changes(tmp_path, extra, message):
     result, server = run(tmp_path, [node("gpu-bad")], ["gpu-bad"], extra)

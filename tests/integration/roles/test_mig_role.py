@@ -299,17 +299,35 @@ def test_pending_mode_change_is_finished_with_a_reset(node):
     assert argv.index(["-i", "0,1", "-r"]) < argv.index(["mig", "-i", "0", "-cgi", "5:0,14:4,19:6", "-C"])
 
 
-@pytest.mark.parametrize("setting, value", [
-    ("mig_gpu_clients_poll_interval", 0), ("mig_gpu_clients_poll_interval", "often"), ("mig_gpu_clients_timeout", -5)])
-def test_bad_waiting_settings_are_refused_before_anything_is_paused(operator_node, tmp_path, setting, value):
+@pytest.mark.parametrize("setting, value, message", [
+    ("mig_gpu_clients_poll_interval", 0, "mig_gpu_clients_poll_interval is '0'"),
+    ("mig_gpu_clients_timeout", -5, "mig_gpu_clients_timeout is '-5'"),
+    # The argument spec (type int) refuses a word before any task runs.
+    ("mig_gpu_clients_poll_interval", "often", "argument 'mig_gpu_clients_poll_interval' is of type"),
+])
+def test_bad_waiting_settings_are_refused_before_anything_is_cordoned_or_paused(operator_node, setting, value, message):
+    before = operator_node.object()
+    result = operator_node.play("balanced", **{setting: value})
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout[-2000:]
+    if not isinstance(value, str):
+        assert "Fix: set both to a whole number of seconds above 0. Nothing was cordoned or paused." in result.stdout
+    after = operator_node.object()
+    assert after["metadata"]["labels"] == before["metadata"]["labels"]
+    assert not after["spec"].get("unschedulable")
+    assert not operator_node.mutating()
+
+
+@pytest.mark.parametrize("setting, value", [("_gpu_clients_poll_interval", 0), ("_gpu_clients_timeout", -5)])
+def test_gpu_clients_pause_refuses_bad_waiting_settings_before_anything_is_paused(operator_node, tmp_path, setting, value):
     playbook = tmp_path / "pause.yml"
     playbook.write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.include_role:\n        name: gpu_native.fleet.mig\n        tasks_from: pause_clients.yml\n"
-        "      vars:\n        mig_kubernetes: true\n")
+        "    - ansible.builtin.include_role:\n        name: gpu_native.fleet._gpu_clients\n        tasks_from: pause\n"
+        "      vars:\n        _gpu_clients_paused_value: paused-for-test\n")
     before = operator_node.object()["metadata"]["labels"]
     result = run_ansible_playbook(str(playbook), operator_node.kubeconfig_path, ["-e", json.dumps(
-        {setting: value, "mig_node_name": operator_node.node_name})])
+        {setting: value, "_gpu_clients_node_name": operator_node.node_name})])
     assert result.returncode != 0
     assert "Fix: set both to a whole number of seconds above 0. Nothing was paused." in result.stdout, result.stdout[-2000:]
     assert "%s is '%s'" % (setting, value) in result.stdout

@@ -1,5 +1,6 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The modprobe and dkms stand-ins answer like kmod 30 and DKMS 3.0.10, in a prefixed temp root."""
+import json
 import os
 import subprocess
 
@@ -365,3 +366,22 @@ def test_dkms_errors_and_other_actions(host, tmp_path):
     assert host.dkms("autoinstall", "-k", KERNEL) == (0, "", "")
     assert log.read_text().splitlines() == [real, "autoinstall", "-k", KERNEL]
     assert host.dkms("status")[1].endswith(": installed\n")   # status never goes to the real one
+
+
+def test_calls_are_recorded_with_the_watched_units_states_only_when_asked(host, tmp_path):
+    record = host.root / "var" / "log" / "gpu-native-test" / "modprobe-calls.jsonl"
+    assert host.modprobe("nvidia")[0] == 0
+    assert not record.exists()
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text('#!/bin/sh\n[ "$2" = timer-on.timer ] && { echo active; exit 0; }\necho inactive\nexit 3\n')
+    systemctl.chmod(0o755)
+    host.env["MODPROBE_STANDIN_SYSTEMCTL"] = str(systemctl)
+    (host.root / "etc" / "modprobe-standin").mkdir(parents=True)
+    (host.root / "etc" / "modprobe-standin" / "watch-units").write_text("# watched\ntimer-on.timer\ntimer-off.timer\n")
+    assert host.modprobe("-r", "nvidia")[0] == 0
+    host.env["MODPROBE_STANDIN_SYSTEMCTL"] = str(tmp_path / "no-such-systemctl")
+    assert host.modprobe("nvidia")[0] == 0
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    assert lines == [{"argv": ["-r", "nvidia"], "units": {"timer-on.timer": "active", "timer-off.timer": "inactive"}},
+                     {"argv": ["nvidia"], "units": {"timer-on.timer": "unknown", "timer-off.timer": "unknown"}}]
+    assert host.loaded() == ["nvidia"]
