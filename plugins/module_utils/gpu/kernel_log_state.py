@@ -194,7 +194,9 @@ def save_state(path, state):
     handle, temp_path = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(handle, "w") as stream:
-            json.dump(state, stream, separators=(",", ":"))
+            # json.dumps, not json.dump: dump encodes in pure Python, dumps with the C encoder (the same text,
+            # several ms less for a window's worth of lines every run)
+            stream.write(json.dumps(state, separators=(",", ":")))
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temp_path, 0o600)
