@@ -16,7 +16,13 @@ peak RSS of the agent and the tools it waits for) and, inside the agent process,
 (the agent's own Python work).  The same runs are repeated with the plain-file source (``kernel_log: <path>``,
 floor ``tail -n 1``).  Numbers are printed with their ratio to the floor; no target is asserted here.
 
-    .venv/bin/python benchmarks/agent_footprint.py [--lines 200000] [--runs 5] [--json]
+``--baseline DIR`` (a checkout of another revision, e.g. ``git worktree add /tmp/agent-before <rev>``) runs that
+revision's agent in the same runs, interleaved with this one on the same journal (each with its own state), so the
+two are compared side by side under the same load; each row is also given against ``python3 -I -S -c pass``
+measured in the same run.  ``--callgrind`` adds the instruction count (``valgrind --tool=callgrind``, the agent
+process only) of one steady-state run of each agent and of ``python3 -I -S -c pass``: a load-independent ratio.
+
+    .venv/bin/python benchmarks/agent_footprint.py [--lines 200000] [--runs 5] [--json] [--baseline DIR] [--callgrind]
 """
 import argparse
 import json
@@ -133,17 +139,18 @@ def measure(argv, env, self_report=None):
     return row
 
 
-def install_agent(work):
-    """The agent and its module_utils laid out as the role installs them (roles/gpu_readiness/vars/main.yml)."""
-    with open(os.path.join(REPO, "roles", "gpu_readiness", "vars", "main.yml")) as handle:
+def install_agent(work, repo=REPO, name="install"):
+    """The agent and its module_utils of checkout ``repo`` laid out as its role installs them
+    (roles/gpu_readiness/vars/main.yml), in ``work/name``."""
+    with open(os.path.join(repo, "roles", "gpu_readiness", "vars", "main.yml")) as handle:
         listing = handle.read().split("__gpu_readiness_module_utils:", 1)[1].split("\n__", 1)[0]
-    target = os.path.join(work, "install", "ansible_collections", "gpu_native", "fleet", "plugins", "module_utils")
+    target = os.path.join(work, name, "ansible_collections", "gpu_native", "fleet", "plugins", "module_utils")
     os.makedirs(target)
-    for name in re.findall(r"^\s+-\s+(\S+\.py)\s*$", listing, re.MULTILINE):
-        os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
-        shutil.copy(os.path.join(REPO, "plugins", "module_utils", name), os.path.join(target, name))
-    agent = os.path.join(work, "install", os.path.basename(AGENT))
-    shutil.copy(AGENT, agent)
+    for path in re.findall(r"^\s+-\s+(\S+\.py)\s*$", listing, re.MULTILINE):
+        os.makedirs(os.path.dirname(os.path.join(target, path)), exist_ok=True)
+        shutil.copy(os.path.join(repo, "plugins", "module_utils", path), os.path.join(target, path))
+    agent = os.path.join(work, name, os.path.basename(AGENT))
+    shutil.copy(os.path.join(repo, os.path.relpath(AGENT, REPO)), agent)
     return agent
 
 
@@ -181,13 +188,19 @@ def agent_config(work, source, kernel_log):
     return path, config
 
 
-def run_agent(work, config_path, env):
-    """One agent run as the systemd unit starts it (python3 -I -S agent --config ...), measured."""
+def run_agent(work, config_path, env, install="install"):
+    """One agent run as the systemd unit starts it (python3 -I -S agent --config ...), measured.  A run that
+    wrote ``gpu_native_readiness_agent_error 1`` (e.g. a module missing from the role's closure) is an error, not
+    a fast run."""
     report = os.path.join(work, "self.json")
-    agent = os.path.join(work, "install", os.path.basename(AGENT))
+    agent = os.path.join(work, install, os.path.basename(AGENT))
     row = measure([PYTHON, "-I", "-S", "-c", WRAPPER, report, agent, "--config", config_path], env, report)
     if row["rc"] != 0:
         raise RuntimeError("the agent exited %s: %s" % (row["rc"], row["stderr"][-2000:]))
+    with open(config_path) as handle:
+        config = json.load(handle)
+    if re.search(r"^gpu_native_readiness_agent_error\{[^}]*\} 1$", metrics_text(config), re.MULTILINE):
+        raise RuntimeError("the agent (%s) reported an internal error: %s" % (install, row["stderr"][-2000:]))
     return row
 
 
@@ -200,9 +213,13 @@ def xid_samples(text):
     return sorted(line.rsplit(" ", 1)[0] for line in text.splitlines() if line.startswith("gpu_native_xid_events"))
 
 
-def bench_source(work, source, journal, env, runs, per_minute, now):
+def bench_source(work, source, journal, env, runs, per_minute, now, installs=("install",)):
+    """Each phase for every agent in ``installs`` (folders in ``work``), interleaved: the steady-state runs see the
+    same new journal lines.  The first is this checkout's; its numbers are the result's top level, each other's are
+    under ``others[install]``."""
     kernel_log = "auto" if source == "journal" else journal
-    config_path, config = agent_config(work, source, kernel_log)
+    configs = dict((install, agent_config(work, "%s-%s" % (source, install), kernel_log)) for install in installs)
+    config_path, config = configs[installs[0]]
     report = os.path.join(work, "floor.json")
     if source == "journal":
         floor_argv = [PYTHON, "-I", "-S", "-c", WRAPPER, report, os.path.join(STANDINS, "journalctl"), "-k", "-n", "1"]
@@ -210,22 +227,33 @@ def bench_source(work, source, journal, env, runs, per_minute, now):
         floor_argv, report = ["tail", "-n", "1", journal], None
     floors = [measure(floor_argv, env, report) for _i in range(runs)]
     interpreter = [measure([PYTHON, "-I", "-S", "-c", "pass"], env) for _i in range(runs)]
-    first = []
-    for _i in range(runs):
-        shutil.rmtree(config["state_dir"], ignore_errors=True)
-        first.append(run_agent(work, config_path, env))
+    bare_configs = dict((install, agent_config(work, "%s-%s-bare" % (source, install), os.devnull)[0])
+                        for install in installs)
+    rows = dict((install, {"first": [], "steady": [], "no_kernel_log": []}) for install in installs)
+
+    def each(index):
+        """The agents in turn, in an order that alternates between runs (neither always runs first)."""
+        return installs if index % 2 == 0 else tuple(reversed(installs))
+
+    for index in range(runs):
+        for install in each(index):
+            shutil.rmtree(configs[install][1]["state_dir"], ignore_errors=True)
+            rows[install]["first"].append(run_agent(work, configs[install][0], env, install))
     first_xids = xid_samples(metrics_text(config))
-    steady = []
     clock = now
     for index in range(runs):
         append_journal(journal, per_minute, clock, clock + 60, seed=100 + index)
         clock += 60
-        steady.append(run_agent(work, config_path, env))
+        for install in each(index):
+            rows[install]["steady"].append(run_agent(work, configs[install][0], env, install))
+    steady_by_install = dict((install, xid_samples(metrics_text(configs[install][1]))) for install in installs)
     # the agent's cost without any kernel-log line (kernel_log: /dev/null): what the kernel log adds is the rest
-    bare_path, _bare = agent_config(work, source + "-bare", os.devnull)
-    bare = [run_agent(work, bare_path, env) for _i in range(runs)]
+    for index in range(runs):
+        for install in each(index):
+            rows[install]["no_kernel_log"].append(run_agent(work, bare_configs[install], env, install))
+    first, steady, bare = rows[installs[0]]["first"], rows[installs[0]]["steady"], rows[installs[0]]["no_kernel_log"]
     # the steady-state verdict is the first run's verdict on the same journal
-    steady_xids = xid_samples(metrics_text(config))
+    steady_xids = steady_by_install[installs[0]]
     shutil.rmtree(config["state_dir"], ignore_errors=True)
     run_agent(work, config_path, env)
     fresh_xids = xid_samples(metrics_text(config))
@@ -240,26 +268,71 @@ def bench_source(work, source, journal, env, runs, per_minute, now):
               "python_start_cpu_ms": summary(interpreter)["cpu_ms"],
               "xid_series_first": len(first_xids), "steady_equals_fresh": steady_xids == fresh_xids,
               "expired_xid79_absent": source != "journal" or not any('xid="79"' in line for line in steady_xids + first_xids)}
-    for phase in ("first", "steady", "no_kernel_log"):
-        result[phase]["ratio_total"] = result[phase]["cpu_ms"] / max(floor["cpu_ms"], 0.001)
-        result[phase]["ratio_agent"] = result[phase]["agent_cpu_ms"] / max(floor["cpu_ms"], 0.001)
+    python_start = max(result["python_start_cpu_ms"], 0.001)
+
+    def ratios(phases):
+        for phase in ("first", "steady", "no_kernel_log"):
+            phases[phase]["ratio_total"] = phases[phase]["cpu_ms"] / max(floor["cpu_ms"], 0.001)
+            phases[phase]["ratio_agent"] = phases[phase]["agent_cpu_ms"] / max(floor["cpu_ms"], 0.001)
+            phases[phase]["agent_per_python_start"] = phases[phase]["agent_cpu_ms"] / python_start
+        return phases
+
+    ratios(result)
+    result["others"] = {}
+    for install in installs[1:]:
+        result["others"][install] = ratios(dict((phase, summary(rows[install][phase])) for phase in rows[install]))
+        # another revision's agent must judge the same journal the same way
+        result["others"][install]["steady_xids_equal"] = steady_by_install[install] == steady_xids
     return result
 
 
-def run(lines, runs, work=None, sources=("journal", "file")):
+def callgrind_ir(argv, env):
+    """Instructions executed by ``argv``'s own process (valgrind --tool=callgrind, children not traced)."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + argv, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True)
+    found = re.search(r"Collected : (\d+)", done.stderr.decode("utf-8", "replace"))
+    if not found:
+        raise RuntimeError("valgrind printed no instruction count: %s" % done.stderr[-500:])
+    return int(found.group(1))
+
+
+def callgrind_steady(work, journal, env, installs, per_minute, now):
+    """Instruction counts of one steady-state run (journal source, state from a run before, one minute of new
+    lines) of each agent, run directly as the unit runs it (no wrapper), and of ``python3 -I -S -c pass``."""
+    counts = {"python_start": callgrind_ir([PYTHON, "-I", "-S", "-c", "pass"], env)}
+    configs = dict((install, agent_config(work, "callgrind-" + install, "auto")[0]) for install in installs)
+    for install in installs:
+        run_agent(work, configs[install], env, install)
+    append_journal(journal, per_minute, now + 3600, now + 3660, seed=99)
+    for install in installs:
+        agent = os.path.join(work, install, os.path.basename(AGENT))
+        counts[install] = callgrind_ir([PYTHON, "-I", "-S", agent, "--config", configs[install]], env)
+    return counts
+
+
+def run(lines, runs, work=None, sources=("journal", "file"), baseline=None, callgrind=False):
     own = work is None
     work = work or tempfile.mkdtemp(prefix="agent-footprint-")
     try:
         now = int(time.time())
         journal, env = setup(work, lines, now)
         install_agent(work)
+        installs = ("install",)
+        if baseline:
+            install_agent(work, os.path.abspath(baseline), "baseline")
+            installs = ("install", "baseline")
         per_minute = max(1, int(lines * 60 / SPAN_S))
         results = []
         for source in sources:
-            results.append(bench_source(work, source, journal, env, runs, per_minute, now))
+            results.append(bench_source(work, source, journal, env, runs, per_minute, now, installs))
             if source != sources[-1]:
                 write_journal(journal, lines, now)  # the same journal for the next source
-        return {"lines": lines, "runs": runs, "new_lines_per_run": per_minute, "results": results}
+        report = {"lines": lines, "runs": runs, "new_lines_per_run": per_minute, "results": results,
+                  "baseline": baseline}
+        if callgrind:
+            write_journal(journal, lines, now)
+            report["callgrind"] = callgrind_steady(work, journal, env, installs, per_minute, now)
+        return report
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
@@ -270,8 +343,10 @@ def main():
     parser.add_argument("--lines", type=int, default=200000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--baseline", metavar="DIR", help="a checkout of another revision, measured side by side")
+    parser.add_argument("--callgrind", action="store_true", help="add valgrind instruction counts (load-independent)")
     options = parser.parse_args()
-    report = run(options.lines, options.runs)
+    report = run(options.lines, options.runs, baseline=options.baseline, callgrind=options.callgrind)
     if options.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -283,15 +358,25 @@ def main():
             result["source"], "journalctl stand-in -k -n 1" if result["source"] == "journal" else "tail -n 1",
             floor["cpu_ms"], ", %.1f MB" % floor["agent_rss_mb"] if "agent_rss_mb" in floor else "",
             result["python_start_cpu_ms"]))
-        header = ("phase", "agent_cpu_ms", "total_cpu_ms", "agent_MB", "agent/floor", "total/floor")
-        print("  %-13s %13s %13s %9s %12s %12s" % header)
-        for phase in ("first", "steady", "no_kernel_log"):
-            row = result[phase]
-            print("  %-13s %13.1f %13.1f %9.1f %12.1f %12.1f" % (
-                phase, row["agent_cpu_ms"], row["cpu_ms"], row["agent_rss_mb"], row["ratio_agent"],
-                row["ratio_total"]))
+        header = ("agent", "phase", "agent_cpu_ms", "total_cpu_ms", "agent_MB", "agent/floor", "total/floor",
+                  "agent/python")
+        print("  %-9s %-13s %13s %13s %9s %12s %12s %13s" % header)
+        for label, phases in [("this", result)] + sorted(result["others"].items()):
+            for phase in ("first", "steady", "no_kernel_log"):
+                row = phases[phase]
+                print("  %-9s %-13s %13.1f %13.1f %9.1f %12.1f %12.1f %13.2f" % (
+                    label, phase, row["agent_cpu_ms"], row["cpu_ms"], row["agent_rss_mb"], row["ratio_agent"],
+                    row["ratio_total"], row["agent_per_python_start"]))
+            if label != "this":
+                print("  %s's steady-state Xid series equal this agent's: %s" % (label, phases["steady_xids_equal"]))
         print("  steady-state Xid series equal a fresh full read: %s; expired Xid 79 absent: %s" % (
             result["steady_equals_fresh"], result["expired_xid79_absent"]))
+    if "callgrind" in report:
+        counts = report["callgrind"]
+        print("\ncallgrind, one steady-state run (journal), agent process only, instructions:")
+        for label in sorted(counts):
+            print("  %-13s %12d  %6.2f x python3 -I -S -c pass" % (
+                label, counts[label], counts[label] / float(counts["python_start"])))
     return 0
 
 

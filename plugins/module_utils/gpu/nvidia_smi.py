@@ -83,6 +83,7 @@ import re
 from xml.etree import ElementTree
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.lazy_regex import lazy_compile
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import (
     MAX_OUTPUT_BYTES,
     NO_DRIVER_MARKERS,
@@ -151,15 +152,15 @@ MAX_GPUS = 1024
 #: Table rows are about 90-120 characters; longer lines are not table rows.
 MAX_TABLE_LINE = 1024
 
-_HANDLE_ERROR_RE = re.compile(
+_HANDLE_ERROR_RE = lazy_compile(
     r"Unable to determine the device handle for (?:GPU|gpu)\s*(?P<bus>[0-9A-Fa-f:.]{1,32})\s*:\s*(?P<msg>.*)$"
 )
 # At most 15 integer digits: a longer "count" is not one (and float() of it loses precision).
-_NUMBER_RE = re.compile(r"^\s*([-+]?\d{1,15}(?:\.\d{1,12})?)(?![\d.])")
+_NUMBER_RE = lazy_compile(r"^\s*([-+]?\d{1,15}(?:\.\d{1,12})?)(?![\d.])")
 _NA_VALUES = ("n/a", "[n/a]", "not supported", "[not supported]", "")
-_DOCTYPE_START_RE = re.compile(r"<!DOCTYPE", re.IGNORECASE)
-_ENTITY_RE = re.compile(r"<!ENTITY", re.IGNORECASE)
-_QUERY_GPU_HEADER_RE = re.compile(r"^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$")
+_DOCTYPE_START_RE = lazy_compile(r"<!DOCTYPE", re.IGNORECASE)
+_ENTITY_RE = lazy_compile(r"<!ENTITY", re.IGNORECASE)
+_QUERY_GPU_HEADER_RE = lazy_compile(r"^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$")
 
 
 class NvidiaSmiParseError(FleetError, ValueError):
@@ -639,20 +640,20 @@ def parse_query_text(text):
 # ---------------------------------------------------------------------------
 # plain nvidia-smi table
 # ---------------------------------------------------------------------------
-_TABLE_HEADER_RE = re.compile(
+_TABLE_HEADER_RE = lazy_compile(
     r"Driver Version:\s*(?P<driver>\S+)(?:\s+CUDA Version:\s*(?P<cuda>\S+))?"
 )
-_TABLE_GPU_RE = re.compile(
+_TABLE_GPU_RE = lazy_compile(
     r"^\|\s*(?P<index>\d+)\s+(?P<name>.*?)\s+(?P<persist>On|Off|ERR!|N/A)?\s*\|"
     r"\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+(?P<disp>\S+)\s*\|"
     r"\s*(?P<ecc>.*?)\s*\|\s*$"
 )
-_TABLE_MEMORY_RE = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
-_TABLE_PROCESS_RE = re.compile(
+_TABLE_MEMORY_RE = lazy_compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
+_TABLE_PROCESS_RE = lazy_compile(
     r"^\|\s*(?P<gpu>\d+)\s+(?P<gi>\S+)\s+(?P<ci>\S+)\s+(?P<pid>\d+)\s+(?P<type>[CGM+]+)\s+"
     r"(?P<name>.+?)\s+(?P<mem>\d+MiB|N/A)\s*\|\s*$"
 )
-_TABLE_OLD_PROCESS_RE = re.compile(
+_TABLE_OLD_PROCESS_RE = lazy_compile(
     r"^\|\s*(?P<gpu>\d+)\s+(?P<pid>\d+)\s+(?P<type>[CGM+]+)\s+(?P<name>.+?)\s+(?P<mem>\d+MiB|N/A)\s*\|\s*$"
 )
 
@@ -754,7 +755,7 @@ def parse_table(text):
 SENSOR_FIELDS = frozenset(("fan", "temperature", "power_usage", "power_cap"))
 
 
-_PAIR_RE = re.compile(r"\s+/\s+")
+_PAIR_RE = lazy_compile(r"\s+/\s+")
 
 
 def _split_pair(cell):

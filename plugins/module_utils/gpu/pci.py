@@ -43,9 +43,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import re
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.lazy_regex import lazy_compile
 
 NVIDIA_VENDOR_ID = "10de"
 GPU_CLASS_CODES = ("0302", "0300")
@@ -70,24 +70,24 @@ _VENDOR_NAMES = {
 }
 
 _HEX = "[0-9a-fA-F]"
-_BUS_ID_RE = re.compile(
+_BUS_ID_RE = lazy_compile(
     r"^(?:PCI:)?(?:(?P<domain>%s{1,8}):)?(?P<bus>%s{1,2}):(?P<device>%s{1,2})(?:\.(?P<function>[0-7]))?$"
     % (_HEX, _HEX, _HEX)
 )
 # Inside free text: require a domain or a function so that times such as
 # "11:43:09" are not taken for bus ids.
-_BUS_ID_IN_TEXT_RE = re.compile(
+_BUS_ID_IN_TEXT_RE = lazy_compile(
     r"(?<![0-9a-fA-F:])(?:PCI:)?(?:(%s{4,8}):(%s{2}):(%s{2})(?:\.([0-7]))?|(%s{2}):(%s{2})\.([0-7]))(?![0-9a-fA-F:])"
     % (_HEX, _HEX, _HEX, _HEX, _HEX)
 )
 
-_LSPCI_LINE_RE = re.compile(
+_LSPCI_LINE_RE = lazy_compile(
     r"^(?P<slot>(?:%s{4,8}:)?%s{2}:%s{2}\.[0-7])\s+(?P<rest>.+)$" % (_HEX, _HEX, _HEX)
 )
-_LSPCI_CLASS_NN_RE = re.compile(r"^(?P<name>.*?)\s*\[(?P<code>%s{4})\]$" % _HEX)
-_LSPCI_IDS_RE = re.compile(r"\[(?P<vendor>%s{4}):(?P<device>%s{4})\]" % (_HEX, _HEX))
-_LSPCI_NUMERIC_RE = re.compile(r"^(?P<code>%s{4}):\s+(?P<vendor>%s{4}):(?P<device>%s{4})" % (_HEX, _HEX, _HEX))
-_LSPCI_PLAIN_DEVICE_RE = re.compile(r"\bDevice (?P<device>%s{4})\b" % _HEX)
+_LSPCI_CLASS_NN_RE = lazy_compile(r"^(?P<name>.*?)\s*\[(?P<code>%s{4})\]$" % _HEX)
+_LSPCI_IDS_RE = lazy_compile(r"\[(?P<vendor>%s{4}):(?P<device>%s{4})\]" % (_HEX, _HEX))
+_LSPCI_NUMERIC_RE = lazy_compile(r"^(?P<code>%s{4}):\s+(?P<vendor>%s{4}):(?P<device>%s{4})" % (_HEX, _HEX, _HEX))
+_LSPCI_PLAIN_DEVICE_RE = lazy_compile(r"\bDevice (?P<device>%s{4})\b" % _HEX)
 
 
 #: Input limits (docs/DEVELOPING.md "Input limits"): lspci prints one short

@@ -70,6 +70,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.lazy_regex import lazy_compile
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.pci import (
     PciBusIdError,
     find_bus_id,
@@ -134,12 +135,12 @@ MAX_KERNEL_LOG_CHARS = 8 * 1024 * 1024
 MAX_LINE_CHARS = 2048
 MAX_CONTINUATION_LINES = 8
 
-_RECOVERY_RE = re.compile(r"\bto\s{1,4}0x([0-9a-fA-F]{1,8})\s{0,4}(?:\(([^)]{0,80})\))?", re.IGNORECASE)
-_CAUSED_BY_RE = re.compile(r"caused by previous Xid\s{0,4}(\d{1,4})", re.IGNORECASE)
-_FATAL_WORD_RE = re.compile(r"(?<![-\w])fatal\b", re.IGNORECASE)
-_NONFATAL_RE = re.compile(r"\bnon-?fatal\b", re.IGNORECASE)
+_RECOVERY_RE = lazy_compile(r"\bto\s{1,4}0x([0-9a-fA-F]{1,8})\s{0,4}(?:\(([^)]{0,80})\))?", re.IGNORECASE)
+_CAUSED_BY_RE = lazy_compile(r"caused by previous Xid\s{0,4}(\d{1,4})", re.IGNORECASE)
+_FATAL_WORD_RE = lazy_compile(r"(?<![-\w])fatal\b", re.IGNORECASE)
+_NONFATAL_RE = lazy_compile(r"\bnon-?fatal\b", re.IGNORECASE)
 # "<sub component> <Fatal|Nonfatal> XC0 i0 Link <n> (<intrInfo> <errorStatus> ...)"
-_NVLINK5_RE = re.compile(
+_NVLINK5_RE = lazy_compile(
     r"^\s{0,8}(?P<subcode>[A-Za-z0-9_/]{1,40})\s{1,16}(?P<severity>Fatal|Non-?fatal)\b[^(]{0,80}?"
     r"\bLink\s{1,4}(?P<link>-?\d{1,4})\s{0,4}\(\s{0,4}(?:0x)?(?P<intr>[0-9a-fA-F]{1,8})[\s,]{1,4}"
     r"(?:0x)?(?P<status>[0-9a-fA-F]{1,8})",
@@ -291,7 +292,15 @@ def _compile_decode():
     return index
 
 
-_DECODE_ROWS = _compile_decode()
+# The decode table indexed by Xid and error status, built on the first Xid 144-150 line judged: only those lines
+# need it, and building it (380 bit patterns) cost more than the rest of this module's import.
+_DECODE_ROWS = {}
+
+
+def _decode_rows():
+    if not _DECODE_ROWS:
+        _DECODE_ROWS.update(_compile_decode())
+    return _DECODE_ROWS
 
 
 def _line_severity(message):
@@ -333,7 +342,7 @@ def decode_nvlink5(xid, message, generation=None):
     })
     generations = [generation] if generation in ("lt_r575", "ge_r575") else ["lt_r575", "ge_r575"]
     found = []
-    by_status = _DECODE_ROWS.get(xid, {})
+    by_status = _decode_rows().get(xid, {})
     for row in by_status.get(status, []) + by_status.get(None, []):
         for gen in generations:
             pattern = row["patterns"][gen]
@@ -441,29 +450,34 @@ def describe(xid, catalog=None):
 
 
 # --- kernel log ------------------------------------------------------------
+# (the pattern needs a line starting with "[", pattern): the dmesg patterns are only tried (and compiled) on such
+# lines, so reading a journal never compiles them
 _TIMESTAMP_RES = (
-    re.compile(r"^\[\s{0,12}(?P<ts>[+]?\d{1,12}\.\d{1,9})\]"),  # dmesg [secs.usec] / dmesg -T relative [  +6.01]
-    re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"),  # dmesg -T
-    re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s"),  # ISO journal
-    re.compile(r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s"),  # syslog / journalctl short
+    (True, lazy_compile(r"^\[\s{0,12}(?P<ts>[+]?\d{1,12}\.\d{1,9})\]")),  # dmesg [secs.usec] / dmesg -T relative [  +6.01]
+    (True, lazy_compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")),  # dmesg -T
+    (False, lazy_compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s")),  # ISO journal
+    (False, lazy_compile(r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s")),  # syslog, journalctl short
 )
-_XID_RE = re.compile(
+_XID_RE = lazy_compile(
     r"NVRM: Xid\s{0,4}(?:\((?P<where>[^)]{0,80})\))?\s{0,4}:?\s{0,4}(?P<xid>\d{1,5})\b\s{0,4}(?:,\s{0,4}(?P<rest>.*))?$"
 )
-_SXID_RE = re.compile(r"SXid\s{0,4}\((?P<where>[^)]{0,80})\)\s{0,4}:?\s{0,4}(?P<xid>\d{1,6})\b\s{0,4}(?:,\s{0,4}(?P<rest>.*))?$")
-_SWITCH_RE = re.compile(r"(?P<switch>nvidia-nvswitch\d{1,4})\s{0,4}:\s{0,4}$")
-_SXID_SEVERITY_RE = re.compile(r"^(?P<severity>Fatal|Non-?fatal)\s{0,4}(?:,|$)", re.IGNORECASE)
-_LINK_RE = re.compile(r"\bLink\s{1,4}(?P<link>\d{1,4})\b")
-_GI_RE = re.compile(r"GPU-I:\s{0,4}(?P<gi>\d{1,4})", re.IGNORECASE)
-_PID_RE = re.compile(r"^pid=(?P<pid>'[^']{0,64}'|[^,]{0,64})(?:,\s*|$)")
-_NAME_RE = re.compile(r"^name=(?P<name>[^,]{0,128}?)(?:,\s+|,$|$)")
-_UUID_MAP_RE = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<bus>[0-9A-Fa-f:.]{4,20}):\s{0,4}(?P<uuid>GPU-[0-9a-fA-F-]{36})")
-_DRIVER_LOAD_RE = re.compile(r"NVRM: loading NVIDIA [^\n]{0,80}?Kernel Module(?:\s+for\s+\S+)?\s+(?P<version>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)?")
-_OPEN_HEADER_RE = re.compile(r"NVRM: The NVIDIA GPU\s+\S+\s*$")
+_SXID_RE = lazy_compile(r"SXid\s{0,4}\((?P<where>[^)]{0,80})\)\s{0,4}:?\s{0,4}(?P<xid>\d{1,6})\b\s{0,4}(?:,\s{0,4}(?P<rest>.*))?$")
+_SWITCH_RE = lazy_compile(r"(?P<switch>nvidia-nvswitch\d{1,4})\s{0,4}:\s{0,4}$")
+_SXID_SEVERITY_RE = lazy_compile(r"^(?P<severity>Fatal|Non-?fatal)\s{0,4}(?:,|$)", re.IGNORECASE)
+_LINK_RE = lazy_compile(r"\bLink\s{1,4}(?P<link>\d{1,4})\b")
+_GI_RE = lazy_compile(r"GPU-I:\s{0,4}(?P<gi>\d{1,4})", re.IGNORECASE)
+_PID_RE = lazy_compile(r"^pid=(?P<pid>'[^']{0,64}'|[^,]{0,64})(?:,\s*|$)")
+_NAME_RE = lazy_compile(r"^name=(?P<name>[^,]{0,128}?)(?:,\s+|,$|$)")
+_UUID_MAP_RE = lazy_compile(r"NVRM: GPU at (?:PCI:)?(?P<bus>[0-9A-Fa-f:.]{4,20}):\s{0,4}(?P<uuid>GPU-[0-9a-fA-F-]{36})")
+_DRIVER_LOAD_RE = lazy_compile(r"NVRM: loading NVIDIA [^\n]{0,80}?Kernel Module(?:\s+for\s+\S+)?\s+(?P<version>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)?")
+_OPEN_HEADER_RE = lazy_compile(r"NVRM: The NVIDIA GPU\s+\S+\s*$")
 
 
 def _timestamp(line):
-    for regex in _TIMESTAMP_RES:
+    bracket = line[:1] == "["
+    for needs_bracket, regex in _TIMESTAMP_RES:
+        if needs_bracket and not bracket:
+            continue
         match = regex.match(line)
         if match:
             return match.group("ts").strip()

@@ -27,11 +27,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import argparse
+# Only what every run needs is imported here; argparse (a command line other than the unit's) and ssl (the API
+# server) are imported where they are used: the agent runs every minute on every GPU node.
 import json
 import os
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -130,6 +130,7 @@ class MetricSet(object):
 
 def write_atomically(directory, file_name, content):
     """Write ``content`` to ``directory/file_name`` through a temporary file and a rename."""
+    import tempfile  # loaded by the runner (node_tools) in a run; not needed by the CUDA probe child
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
     handle, temp_path = tempfile.mkstemp(prefix="." + file_name + ".", suffix=".tmp", dir=directory)
@@ -181,7 +182,9 @@ def cuda_probe(library):
 
 
 def check_cuda(library):
-    rc, _out, _err = run_command([sys.executable, os.path.abspath(__file__), "--cuda-probe", library],
+    # the child runs with the agent's own interpreter flags (-I -S under the unit): no site-packages to load
+    flags = (["-I"] if sys.flags.isolated else []) + (["-S"] if sys.flags.no_site else [])
+    rc, _out, _err = run_command([sys.executable] + flags + [os.path.abspath(__file__), "--cuda-probe", library],
                                  timeout=PROBE_TIMEOUT_S)
     return rc == 0
 
@@ -403,15 +406,44 @@ def run_once(config_path, output_dir=None):
     return 0
 
 
-def main(argv=None):
+DEFAULT_CONFIG = "/etc/gpu-native-readiness/config.json"
+_OPTIONS = {"--config": "config", "--output-dir": "output_dir", "--cuda-probe": "cuda_probe"}
+
+
+def _plain_options(argv):
+    """The options of a command line made only of ``--option VALUE`` pairs of known options (what the systemd
+    unit and the CUDA probe pass), as a dict; None for anything else (argparse then parses it, with its help and
+    its errors).  argparse and the gettext lookups it makes cost every run ~2 ms of CPU."""
+    if len(argv) % 2:
+        return None
+    options = {"config": DEFAULT_CONFIG, "output_dir": None, "cuda_probe": None}
+    seen = set()
+    for flag, value in zip(argv[::2], argv[1::2]):
+        if flag not in _OPTIONS or flag in seen or not value or value.startswith("-"):
+            return None
+        seen.add(flag)
+        options[_OPTIONS[flag]] = value
+    return options
+
+
+def parse_options(argv):
+    """``{config, output_dir, cuda_probe}`` from the command line."""
+    options = _plain_options(argv)
+    if options is not None:
+        return options
+    import argparse
     parser = argparse.ArgumentParser(description="Write GPU readiness metrics for node_exporter's textfile collector.")
-    parser.add_argument("--config", default="/etc/gpu-native-readiness/config.json")
+    parser.add_argument("--config", default=DEFAULT_CONFIG)
     parser.add_argument("--output-dir", help="write here instead of the configured textfile_dir")
     parser.add_argument("--cuda-probe", metavar="LIBRARY", help=argparse.SUPPRESS)
-    options = parser.parse_args(argv)
-    if options.cuda_probe:
-        return cuda_probe(options.cuda_probe)
-    return run_once(options.config, options.output_dir)
+    return vars(parser.parse_args(argv))
+
+
+def main(argv=None):
+    options = parse_options(sys.argv[1:] if argv is None else list(argv))
+    if options["cuda_probe"]:
+        return cuda_probe(options["cuda_probe"])
+    return run_once(options["config"], options["output_dir"])
 
 
 if __name__ == "__main__":

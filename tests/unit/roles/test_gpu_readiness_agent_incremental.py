@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -133,3 +134,20 @@ def test_footprint_benchmark_runs_with_a_small_journal(tmp_path):
         assert result["xid_series_first"] > 0
         for phase in ("first", "steady", "no_kernel_log"):
             assert result[phase]["agent_cpu_ms"] > 0 and result[phase]["agent_rss_mb"] > 0
+
+
+def test_footprint_benchmark_compares_a_baseline_and_refuses_a_broken_agent(tmp_path):
+    """--baseline runs another checkout's agent on the same journal (here this one, so the verdicts must agree);
+    an agent that reports an internal error (here: a module left out of the role's closure) stops the benchmark
+    instead of being timed as a fast run (issue #32)."""
+    report = bench.run(2000, 1, str(tmp_path / "same"), sources=("journal",), baseline=REPO)
+    other = report["results"][0]["others"]["baseline"]
+    assert other["steady_xids_equal"] is True
+    assert other["steady"]["agent_cpu_ms"] > 0 and other["steady"]["agent_per_python_start"] > 0
+    broken = tmp_path / "broken"
+    shutil.copytree(os.path.join(REPO, "roles", "gpu_readiness"), str(broken / "roles" / "gpu_readiness"))
+    shutil.copytree(os.path.join(REPO, "plugins", "module_utils"), str(broken / "plugins" / "module_utils"))
+    listing = broken / "roles" / "gpu_readiness" / "vars" / "main.yml"
+    listing.write_text(listing.read_text().replace("  - gpu/xid.py\n", ""))
+    with pytest.raises(RuntimeError, match="reported an internal error"):
+        bench.run(2000, 1, str(tmp_path / "broken-run"), sources=("journal",), baseline=str(broken))

@@ -1,0 +1,89 @@
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The readiness agent's start-up (issue #32): a steady-state run imports only what it uses, the unit's command line
+skips argparse with the same result, and the CUDA probe child runs with the agent's interpreter flags."""
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_gpu_readiness_agent import AGENT_PATH, agent
+
+COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".cache", "collections"))
+
+
+def argparse_options(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default=agent.DEFAULT_CONFIG)
+    parser.add_argument("--output-dir")
+    parser.add_argument("--cuda-probe")
+    return vars(parser.parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["--config", "/etc/gpu-native-readiness/config.json"],
+    ["--config", "/etc/x.json", "--output-dir", "/tmp/out"],
+    ["--output-dir", "/tmp/out", "--config", "/etc/x.json"],
+    ["--cuda-probe", "libcuda.so.1"],
+    # not plain pairs: argparse parses these, as before
+    ["--config=/etc/x.json"],
+    ["--conf", "/etc/x.json"],
+    ["--config", "/a.json", "--config", "/b.json"],
+    ["--config", ""],
+    ["--cuda-probe", ""],
+])
+def test_options_equal_argparse(argv):
+    assert agent.parse_options(argv) == argparse_options(argv)
+
+
+def test_plain_pairs_skip_argparse_and_the_rest_does_not():
+    assert agent._plain_options(["--config", "/etc/x.json"]) == {
+        "config": "/etc/x.json", "output_dir": None, "cuda_probe": None}
+    for argv in (["--help"], ["--config"], ["--config", "-x"], ["--bogus", "1"], ["--config", "/a", "--config", "/b"]):
+        assert agent._plain_options(argv) is None
+
+
+def test_bad_command_line_still_gets_argparse_errors(capsys):
+    with pytest.raises(SystemExit) as raised:
+        agent.main(["--bogus"])
+    assert raised.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_a_run_imports_neither_argparse_nor_ssl_nor_calendar():
+    """The agent and every module_utils it imports, loaded as the unit runs them (python3 -I -S)."""
+    code = (
+        "import sys, importlib.util\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "spec = importlib.util.spec_from_file_location('agent', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health, kernel_log_state\n"
+        "module.parse_options(['--config', '/etc/x.json'])\n"
+        "print(' '.join(name for name in ('argparse', 'ssl', 'calendar', 'datetime', 'urllib.request', 'ctypes')"
+        " if name in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, AGENT_PATH, COLLECTIONS], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+
+
+def test_the_cuda_probe_child_gets_the_agents_interpreter_flags():
+    code = (
+        "import sys, importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('agent', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "seen = []\n"
+        "module.run_command = lambda argv, timeout=None: seen.append(argv) or (1, '', '')\n"
+        "module.check_cuda('libcuda.so.1')\n"
+        "print(' '.join(seen[0][1:3]))\n"
+    )
+    isolated = subprocess.run([sys.executable, "-I", "-S", "-c", code, AGENT_PATH], capture_output=True, text=True,
+                              check=True)
+    assert isolated.stdout.strip() == "-I -S"
+    plain = subprocess.run([sys.executable, "-c", code, AGENT_PATH], capture_output=True, text=True, check=True)
+    assert plain.stdout.split()[0] == AGENT_PATH
