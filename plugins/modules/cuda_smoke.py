@@ -24,7 +24,10 @@ description:
   - "A failure names the CUDA call and C(cuGetErrorName)'s text (C(cuModuleLoadData failed:
     CUDA_ERROR_INVALID_PTX (218)))."
   - "Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?)."
-  - The kernel only computes; the module changes nothing and runs in check mode too.
+  - The kernel only computes; the module changes nothing. Still, it creates a CUDA context on every GPU next to
+    whatever else runs there, so in check mode it runs nothing by default: it returns RV(skipped=true) with the
+    reason C(check mode: a CUDA kernel would run on every GPU). O(run_in_check_mode=true) runs it in check mode
+    too.
 options:
   nvidia_smi:
     description: Name or absolute path of C(nvidia-smi), used to list the GPUs and MIG devices (C(-L)).
@@ -58,6 +61,12 @@ options:
     description: Fail the task when a device failed. With V(false) the verdict is only returned.
     type: bool
     default: true
+  run_in_check_mode:
+    description:
+      - Run the kernels in check mode too. They change nothing, but they take GPU memory and time next to
+        whatever else runs there; only opt in on a node that is drained.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -75,6 +84,13 @@ passed:
   description: Whether at least one device was tested and every device passed.
   returned: always
   type: bool
+skipped:
+  description:
+    - V(true) in check mode when nothing was run (O(run_in_check_mode=false)); RV(reasons) says what would have
+      run. RV(passed) is then V(false): nothing was judged.
+  returned: when the run was skipped
+  type: bool
+  sample: true
 devices:
   description: One entry per device tested.
   returned: always
@@ -126,6 +142,7 @@ def main():
             fail_on_failure=dict(type="bool", default=True),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             command_timeout=dict(type="float"),
+            run_in_check_mode=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -138,6 +155,11 @@ def main():
                          % params["timeout"])
     if not 0 < params["device_timeout"] <= 3600:
         module.fail_json(msg="device_timeout is %d. Fix: pass seconds between 1 and 3600." % params["device_timeout"])
+    if module.check_mode and not params["run_in_check_mode"]:
+        module.exit_json(changed=False, skipped=True, passed=False, devices=[],
+                         reasons=["check mode: a CUDA kernel would run on %s; nothing was run "
+                                  "(run_in_check_mode=true runs it)"
+                                  % ("%d listed device(s)" % len(params["devices"]) if params["devices"] else "every GPU")])
     try:
         tools = NodeTools(paths={"nvidia-smi": params["nvidia_smi"]}, timeout=params["command_timeout"])
     except NodeToolsError as exc:

@@ -365,14 +365,26 @@ def test_a_cordon_held_by_another_owner_is_never_released(fleet):
     assert "gpu-mig-cordoned passed but stays cordoned: it was cordoned by mig" in " ".join(fleet.result.stdout.split())
 
 
-def test_check_mode_runs_the_gates_and_changes_nothing(tmp_path, libcuda):
-    cases = {"failing": dict(dcgm=DCGM_FAIL), "killed_run": dict(node=marked("preflight")),
-             "admin_take_over": CORDON_CASES["admin_take_over"]}
+def test_check_mode_runs_no_active_test_and_changes_nothing(tmp_path, libcuda):
+    """--check runs the passive checks only: a dcgmi and an nvbandwidth that record their calls are never called, no
+    CUDA kernel runs (a failing one would fail the gate), and nothing on the nodes changes."""
+    record = tmp_path / "active-tests-invoked"
+    env = {"DCGMI_STANDIN_RECORD": str(record), "NVBANDWIDTH_STANDIN_RECORD": str(record),
+           "FAKE_CUDA_FAIL": "cuModuleLoadData=218"}
+    cases = {"failing": dict(dcgm=DCGM_FAIL, env=env, preflight_nvbandwidth=os.path.join(STANDINS, "nvbandwidth")),
+             "xid79": dict(FAULTS[1][1], env=env),
+             "killed_run": dict(node=marked("preflight"), env=env),
+             "admin_take_over": dict(CORDON_CASES["admin_take_over"], env=env)}
     before = dict((case, node_for(case, spec["node"])) for case, spec in cases.items() if "node" in spec)
     result, server = run_fleet(tmp_path, libcuda, cases, check=True)
     try:
         assert result.returncode == 0, result.stdout[-3000:]
-        assert "gpu-failing: FAILED" in result.stdout and "memory on GPU 3" in result.stdout
+        assert not record.exists(), record.read_text()
+        text = " ".join(result.stdout.split())
+        assert "gpu-failing: PASSED" in text and "memory on GPU 3" not in text
+        assert "check mode: dcgmi diag -r 2 would run; nothing was run" in text
+        assert "cuda=skip" in text and "CUDA_ERROR_INVALID_PTX" not in text
+        assert "gpu-xid79: FAILED" in text    # the passive checks still judge (gpu_health reads the kernel log)
         node = api_get(server, "/api/v1/nodes/gpu-failing")
         assert not node["spec"].get("unschedulable")
         assert "gpu-native.io/preflight" not in node["metadata"]["labels"]
@@ -382,7 +394,6 @@ def test_check_mode_runs_the_gates_and_changes_nothing(tmp_path, libcuda):
             node = api_get(server, "/api/v1/nodes/" + node_name(case))
             assert node["spec"]["unschedulable"] is True
             assert node["metadata"]["annotations"] == seeded["metadata"]["annotations"]
-        text = " ".join(result.stdout.split())
         assert "gpu-killed-run: resumed:" in text and "gpu-admin-take-over: taken_over:" in text
     finally:
         server.stop()
