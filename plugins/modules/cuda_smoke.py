@@ -24,10 +24,10 @@ description:
   - "A failure names the CUDA call and C(cuGetErrorName)'s text (C(cuModuleLoadData failed:
     CUDA_ERROR_INVALID_PTX (218)))."
   - "Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?)."
-  - The kernel only computes; the module changes nothing. Still, it creates a CUDA context on every GPU next to
+  - "The kernel only computes; the module changes nothing. Still, it creates a CUDA context on every GPU next to
     whatever else runs there, so in check mode it runs nothing by default: it returns RV(skipped=true) with the
     reason C(check mode: a CUDA kernel would run on every GPU). O(run_in_check_mode=true) runs it in check mode
-    too.
+    too."
 options:
   nvidia_smi:
     description: Name or absolute path of C(nvidia-smi), used to list the GPUs and MIG devices (C(-L)).
@@ -87,7 +87,7 @@ passed:
 skipped:
   description:
     - V(true) in check mode when nothing was run (O(run_in_check_mode=false)); RV(reasons) says what would have
-      run. RV(passed) is then V(false): nothing was judged.
+      run. RV(passed) is then V(false), since nothing was judged.
   returned: when the run was skipped
   type: bool
   sample: true

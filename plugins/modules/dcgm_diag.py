@@ -22,10 +22,10 @@ description:
     when the output is not JSON.
   - Only a run whose every result is a pass or a skip passes. A run that errors (C(runtime_error)), times out,
     prints nothing or prints something that cannot be read never passes.
-  - The module only reads; it never changes the GPU. Still, the diagnostic loads every GPU for seconds to hours
+  - "The module only reads; it never changes the GPU. Still, the diagnostic loads every GPU for seconds to hours
     and disturbs the workloads on it, so in check mode it does not run by default; it returns RV(skipped=true)
     with the reason C(check mode: dcgmi diag -r 2 would run) and runs nothing. O(run_in_check_mode=true) runs it
-    in check mode too.
+    in check mode too."
 options:
   level:
     description:
@@ -102,7 +102,7 @@ passed:
 skipped:
   description:
     - V(true) in check mode when the diagnostic was not run (O(run_in_check_mode=false)); RV(reasons) says what
-      would have run. RV(passed) is then V(false): nothing was judged.
+      would have run. RV(passed) is then V(false), since nothing was judged.
   returned: when the run was skipped
   type: bool
   sample: true

@@ -32,10 +32,10 @@ description:
   - "The verdict is RV(status): V(pass), V(fail), or V(skip) when there is nothing to judge: C(nvbandwidth) is not
     installed, the node has one GPU, or there is no threshold for the GPU model. With O(required=true) a skip is a
     failure."
-  - The module only reads; it never changes the GPUs. Still, the measurement saturates NVLink and disturbs the
+  - "The module only reads; it never changes the GPUs. Still, the measurement saturates NVLink and disturbs the
     workloads on the GPUs, so in check mode it does not run by default: RV(status) is V(skip) with the reason
     C(check mode: nvbandwidth would run) and nothing is run. O(run_in_check_mode=true) runs it in check mode
-    too.
+    too."
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
   - gpu_native.fleet.node_tools.captured
