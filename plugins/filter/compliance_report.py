@@ -23,11 +23,12 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ansible.errors import AnsibleFilterError
 
-CHECK_ORDER = ("reachability", "spec", "gpu_health", "mig", "containerd", "readiness")
+CHECK_ORDER = ("reachability", "spec", "gpu_health", "kubernetes", "mig", "containerd", "readiness")
 STATUS_ORDER = ("fail", "error", "unreachable", "pass", "skip")
 BAD = ("fail", "error", "unreachable")
 NODE_VAR = "__compliance_node_result"
 MIG_VAR = "__compliance_mig_result"
+K8S_VAR = "__compliance_k8s_node"
 # What XML 1.0 allows (section 2.2, Char): a host name or value with ESC, BEL or NUL made the JUnit file
 # unreadable. Everything else is written as \xNN / \uNNNN text, so the reader still sees what was there.
 _NOT_XML_CHAR = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -73,6 +74,35 @@ def _mig_row(host, mig):
     return _row(host, "mig", "fail", expected, "drift: " + (text or "not in sync"))
 
 
+def _k8s_row(host, node_name, k8s):
+    """The ``kubernetes`` row from the registered k8s_info read of the node object.
+
+    An API that could not be reached or refused the read is an ``error`` (the device-plugin count was not
+    compared), never a silent pass; a node the API does not know is a ``fail``."""
+    if k8s.get("skipped"):
+        return _row(host, "kubernetes", "skip", None,
+                    "not read: neither compliance_kubeconfig nor gpu_native_kubeconfig is set (the device-plugin count "
+                    "is not compared)")
+    name = _clip(_text(node_name if node_name else host), 200)
+    expected = "node %s readable, with nvidia.com/ allocatable" % name
+    if k8s.get("failed") or not isinstance(k8s.get("resources"), list):
+        return _row(host, "kubernetes", "error", expected, "the Kubernetes API could not be read: %s. Fix: check "
+                    "compliance_kubeconfig (its server is reachable from the controller, its credentials may get "
+                    "nodes: docs/awx.md)" % _clip(_text(k8s.get("msg") or "k8s_info returned no resources"), 400))
+    if not k8s["resources"]:
+        return _row(host, "kubernetes", "fail", expected, "the API has no node %s. Fix: set compliance_node_name "
+                    "to the node's name in Kubernetes, or join the node" % name)
+    node = k8s["resources"][0] if isinstance(k8s["resources"][0], dict) else {}
+    status = node.get("status") if isinstance(node.get("status"), dict) else {}
+    allocatable = status.get("allocatable") if isinstance(status.get("allocatable"), dict) else {}
+    gpu = sorted("%s=%s" % (_clip(_text(key), 80), _clip(_text(value), 20)) for key, value in allocatable.items()
+                 if isinstance(key, str) and key.startswith("nvidia.com/"))
+    if not gpu:
+        return _row(host, "kubernetes", "fail", expected, "node %s advertises no nvidia.com/ resource: the NVIDIA "
+                    "device plugin is not running or not registered on it" % name)
+    return _row(host, "kubernetes", "pass", expected, "allocatable " + ", ".join(gpu[:16]))
+
+
 def _drift_text(item):
     if isinstance(item, dict):
         if item.get("message"):
@@ -81,8 +111,8 @@ def _drift_text(item):
     return str(item)
 
 
-def host_rows(host, node, mig=None):
-    """Rows for one host from its node_compliance result (and mig_config compare result)."""
+def host_rows(host, node, mig=None, k8s=None, node_name=None):
+    """Rows for one host from its node_compliance result (and mig_config compare and k8s_info results)."""
     host = str(host)
     if not isinstance(node, dict) or not node:
         return [_row(host, "reachability", "error", "a node_compliance result", "no result (the host did not run)")]
@@ -96,6 +126,8 @@ def host_rows(host, node, mig=None):
         rows.append(_normal_row(
             dict(item, host=host) if isinstance(item, dict) else item, "host %s: checks[%d]" % (host, index)))
     rows.append(_mig_row(host, mig))
+    if isinstance(k8s, dict) and k8s:
+        rows.append(_k8s_row(host, node_name, k8s))
     rows.sort(key=lambda row: CHECK_ORDER.index(row["check"]) if row["check"] in CHECK_ORDER else len(CHECK_ORDER))
     return rows
 
@@ -108,14 +140,19 @@ def _hostvar(hostvars, host, name):
     return value if isinstance(value, dict) else None
 
 
-def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR):
-    """Rows for ``hosts`` read from ``hostvars`` (the registered node and MIG results)."""
+def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR, k8s_var=K8S_VAR):
+    """Rows for ``hosts`` read from ``hostvars`` (the registered node, MIG and node-object results)."""
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError("compliance_rows: hosts must be a list of host names, got %s"
                                  % type(hosts).__name__)
     rows = []
     for host in hosts:
-        rows.extend(host_rows(host, _hostvar(hostvars, host, node_var), _hostvar(hostvars, host, mig_var)))
+        try:
+            node_name = hostvars[host].get("compliance_node_name")
+        except (KeyError, TypeError, AttributeError):
+            node_name = None
+        rows.extend(host_rows(host, _hostvar(hostvars, host, node_var), _hostvar(hostvars, host, mig_var),
+                              _hostvar(hostvars, host, k8s_var), node_name))
     return rows
 
 

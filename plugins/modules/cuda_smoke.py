@@ -25,7 +25,10 @@ description:
     CUDA_ERROR_INVALID_PTX (218)))."
   - "Without a driver it fails cleanly with C(libcuda.so.1 not found: is the NVIDIA driver installed?); with
     O(fail_on_failure=false) it returns RV(passed=false) with that reason instead."
-  - The kernel only computes; the module changes nothing and runs in check mode too.
+  - "The kernel only computes; the module changes nothing. Still, it creates a CUDA context on every GPU next to
+    whatever else runs there, so in check mode it runs nothing by default: it returns RV(skipped=true) with the
+    reason C(check mode: a CUDA kernel would run on every GPU). O(run_in_check_mode=true) runs it in check mode
+    too."
   - C(nvidia-smi -L) lists the GPUs and MIG devices, through the collection's runner (O(nvidia_smi),
     O(command_timeout); 30 s by default).
 extends_documentation_fragment:
@@ -34,8 +37,8 @@ extends_documentation_fragment:
   - gpu_native.fleet.attributes.actiongroup_node_tools
 attributes:
   check_mode:
-    support: full
-    description: The kernel only computes; check mode runs it in full.
+    support: partial
+    details: In check mode the kernel does not run unless O(run_in_check_mode=true); the module returns RV(skipped=true).
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.
@@ -68,6 +71,12 @@ options:
     description: Fail the task when a device failed. With V(false) the verdict is only returned.
     type: bool
     default: true
+  run_in_check_mode:
+    description:
+      - Run the kernels in check mode too. They change nothing, but they take GPU memory and time next to
+        whatever else runs there; only opt in on a node that is drained.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -85,6 +94,13 @@ passed:
   description: Whether at least one device was tested and every device passed.
   returned: always
   type: bool
+skipped:
+  description:
+    - V(true) in check mode when nothing was run (O(run_in_check_mode=false)); RV(reasons) says what would have
+      run. RV(passed) is then V(false), since nothing was judged.
+  returned: when the run was skipped
+  type: bool
+  sample: true
 devices:
   description: One entry per device tested.
   returned: always
@@ -134,6 +150,7 @@ def main():
             device_timeout=dict(type="int", default=120),
             timeout=dict(type="int", default=900),
             fail_on_failure=dict(type="bool", default=True),
+            run_in_check_mode=dict(type="bool", default=False),
             **node_tools.argument_spec(source=False)
         ),
         supports_check_mode=True,
@@ -147,6 +164,11 @@ def main():
                          % params["timeout"])
     if not 0 < params["device_timeout"] <= 3600:
         module.fail_json(msg="device_timeout is %d. Fix: pass seconds between 1 and 3600." % params["device_timeout"])
+    if module.check_mode and not params["run_in_check_mode"]:
+        module.exit_json(changed=False, skipped=True, passed=False, devices=[],
+                         reasons=["check mode: a CUDA kernel would run on %s; nothing was run "
+                                  "(run_in_check_mode=true runs it)"
+                                  % ("%d listed device(s)" % len(params["devices"]) if params["devices"] else "every GPU")])
     try:
         tools = node_tools.NodeTools(paths={"nvidia-smi": params["nvidia_smi"]}, timeout=params["command_timeout"])
     except node_tools.NodeToolsError as exc:

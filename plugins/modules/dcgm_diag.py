@@ -22,14 +22,16 @@ description:
     when the output is not JSON.
   - Only a run whose every result is a pass or a skip passes. A run that errors (C(runtime_error)), times out,
     prints nothing or prints something that cannot be read never passes.
-  - The module only reads; it never changes the GPU. It runs in check mode too (the diagnostic itself is
-    read-only), unless O(run_in_check_mode=false).
+  - "The module only reads; it never changes the GPU. Still, the diagnostic loads every GPU for seconds to hours
+    and disturbs the workloads on it, so in check mode it does not run by default; it returns RV(skipped=true)
+    with the reason C(check mode: dcgmi diag -r 2 would run) and runs nothing. O(run_in_check_mode=true) runs it
+    in check mode too."
 extends_documentation_fragment:
   - gpu_native.fleet.attributes
 attributes:
   check_mode:
-    support: full
-    description: The diagnostic is read-only, so check mode runs it in full, unless O(run_in_check_mode=false) (then it returns V(skip)).
+    support: partial
+    details: In check mode the diagnostic does not run unless O(run_in_check_mode=true); the module returns RV(skipped=true).
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.
@@ -74,9 +76,12 @@ options:
     type: bool
     default: true
   run_in_check_mode:
-    description: Run the diagnostic in check mode too (it changes nothing on the GPU).
+    description:
+      - Run the diagnostic in check mode too. It changes nothing on the GPU, but it stresses it next to whatever
+        else runs there; only opt in on a node that is drained.
+      - It defaulted to V(true) in earlier releases.
     type: bool
-    default: true
+    default: false
 notes:
   - A failing run returns all its results as well as the failure, so a caller with O(fail_on_failure=true) can
     still read RV(failures) with C(ignore_errors) or in a C(rescue) block.
@@ -106,6 +111,13 @@ passed:
   returned: always
   type: bool
   sample: false
+skipped:
+  description:
+    - V(true) in check mode when the diagnostic was not run (O(run_in_check_mode=false)); RV(reasons) says what
+      would have run. RV(passed) is then V(false), since nothing was judged.
+  returned: when the run was skipped
+  type: bool
+  sample: true
 tests:
   description:
     - Every test with its per-GPU results (C(gpu) is null when DCGM named no GPU).
@@ -196,7 +208,7 @@ def main():
             source=dict(type="str", choices=["live", "captured"], default="live"),
             captured=dict(type="dict", options=dict(json=dict(type="str"), text=dict(type="str"))),
             fail_on_failure=dict(type="bool", default=True),
-            run_in_check_mode=dict(type="bool", default=True),
+            run_in_check_mode=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -217,7 +229,8 @@ def main():
             module.fail_json(msg="captured is only read with source=captured. Fix: set source: captured or drop it.")
         if module.check_mode and not params["run_in_check_mode"]:
             module.exit_json(changed=False, skipped=True, passed=False, tests=[], failures=[], warnings_found=[],
-                             reasons=["not run in check mode (run_in_check_mode=false)"], dcgm_version=None,
+                             reasons=["check mode: dcgmi diag -r %d would run; nothing was run (run_in_check_mode=true "
+                                      "runs it)" % params["level"]], dcgm_version=None,
                              command={})
         tools = NodeTools(paths={"dcgmi": params["dcgmi"]})
         result = tools.run("dcgmi", ["diag", "-r", str(params["level"]), "-j"],

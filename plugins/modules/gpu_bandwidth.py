@@ -32,8 +32,10 @@ description:
   - "The verdict is RV(status): V(pass), V(fail), or V(skip) when there is nothing to judge: C(nvbandwidth) is not
     installed, the node has one GPU, or there is no threshold for the GPU model. With O(required=true) a skip is a
     failure."
-  - The module only reads; it never changes the GPUs. It runs in check mode too (the measurement is read-only),
-    unless O(run_in_check_mode=false).
+  - "The module only reads; it never changes the GPUs. Still, the measurement saturates NVLink and disturbs the
+    workloads on the GPUs, so in check mode it does not run by default: RV(status) is V(skip) with the reason
+    C(check mode: nvbandwidth would run) and nothing is run. O(run_in_check_mode=true) runs it in check mode
+    too."
 extends_documentation_fragment:
   - gpu_native.fleet.node_tools
   - gpu_native.fleet.node_tools.captured
@@ -41,8 +43,8 @@ extends_documentation_fragment:
   - gpu_native.fleet.attributes.actiongroup_node_tools
 attributes:
   check_mode:
-    support: full
-    description: The measurement is read-only, so check mode runs it in full, unless O(run_in_check_mode=false) (then it returns V(skip)).
+    support: partial
+    details: In check mode the measurement does not run unless O(run_in_check_mode=true); the module returns RV(status=skip).
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.
@@ -119,9 +121,12 @@ options:
     type: bool
     default: true
   run_in_check_mode:
-    description: Run the measurement in check mode too (it changes nothing on the GPUs).
+    description:
+      - Run the measurement in check mode too. It changes nothing on the GPUs, but it loads their links next to
+        whatever else runs there; only opt in on a node that is drained.
+      - It defaulted to V(true) in earlier releases.
     type: bool
-    default: true
+    default: false
 notes:
   - Supports check mode.
   - A failing run returns all its results as well as the failure, so a caller with O(fail_on_failure=true) can
@@ -345,7 +350,7 @@ def main():
         required=dict(type="bool", default=False),
         captured=dict(type="dict", options=dict(nvbandwidth=dict(type="str"), nvidia_smi=dict(type="str"))),
         fail_on_failure=dict(type="bool", default=True),
-        run_in_check_mode=dict(type="bool", default=True),
+        run_in_check_mode=dict(type="bool", default=False),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
@@ -375,7 +380,8 @@ def main():
                                      "drop it.")
             if module.check_mode and not params["run_in_check_mode"]:
                 out = empty_result()
-                out.update(status="skip", reasons=["not run in check mode (run_in_check_mode=false)"])
+                out.update(status="skip", reasons=["check mode: nvbandwidth -t %s would run; nothing was run "
+                                                  "(run_in_check_mode=true runs it)" % " ".join(testcases)])
                 module.exit_json(changed=False, **out)
             tools = node_tools.from_module_params(params, captured={}, tools=TOOL_OPTIONS)
             result = tools.run("nvbandwidth", args, timeout=params["timeout"])

@@ -95,6 +95,9 @@ options:
     description:
       - Live mode. V(auto) reads C(journalctl -k -b) since O(xid_since), else C(dmesg); anything else is the path
         of a file holding kernel log text (read whole).
+      - With V(auto), a kernel log that neither tool could read (without root, C(journalctl) shows no system
+        messages and C(dmesg) fails with EPERM) makes the node not ready, with a reason naming both sources and the
+        fix (become); it is never judged as a clean log.
     type: str
     default: auto
   xid_since:

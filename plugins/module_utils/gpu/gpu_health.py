@@ -16,8 +16,10 @@ of ``nvidia_smi_xml``, ``nvidia_smi_query``, ``nvidia_smi`` (texts),
 ``device_plugin_resources`` (the node's allocatable, ``{resource: count}``), ``driver_error``
 (a one-line cause when nvidia-smi could not reach the driver or is missing)
 ``tool_errors`` (one line each, with the fix: nvidia-smi timed out, exited
-non-zero without readable output, or printed something unreadable) and
-``pci_error`` (a captured lspci output that cannot be read: never ready).
+non-zero without readable output, or printed something unreadable),
+``pci_error`` (a captured lspci output that cannot be read: never ready) and
+``kernel_log_error`` (neither journalctl nor dmesg gave the kernel log, e.g.
+without root: never ready, never judged as a clean log).
 
 ``collect(tools, ...)`` gathers those inputs through a
 ``node_tools.NodeTools``: live on a node, or replayed from ``captured`` texts
@@ -595,6 +597,9 @@ def evaluate(inputs, expected_gpus=None, xid_actions=None, device_plugin_config=
         driver_reachable = False
 
     kernel = parse_kernel_log(inputs.get("kernel_log") or "")
+    # A kernel log that could not be read is not a clean one: never ready, and the caller may report an error.
+    if inputs.get("kernel_log_error"):
+        reasons.append(inputs["kernel_log_error"])
     kernel_driver = [v for v in kernel["driver_versions"] if v]
     generation = driver_generation(driver_version or (kernel_driver[-1] if kernel_driver else None))
     xid_events = _xid_events(gpus, kernel, catalog, generation)
@@ -822,6 +827,33 @@ def _collect_nvidia_smi(tools, inputs, sources):
         inputs["tool_errors"] = errors
 
 
+# What systemd's journalctl prints when the caller may not read the system journal, which holds the kernel's
+# messages (systemd src/shared/journal-util.c: journal_access_check_and_warn() and access_check_var_log_journal()).
+# The hint goes to stderr with rc=0 and entries (the user's own journal) or "-- No entries --" on stdout: the
+# journal answered, but not with the kernel log.
+JOURNAL_DENIED_LINES = (
+    "No journal files were opened due to insufficient permissions",
+    "You are currently not seeing messages from the system",
+    "You are currently not seeing messages from other users and the system",
+)
+KERNEL_LOG_FIX = ("Fix: run as root (become: true; compliance_become and preflight run with it), add the remote user "
+                  "to the systemd-journal group, or pass kernel_log: a readable file with the kernel log.")
+
+
+def journal_denied(journal):
+    """The line journalctl printed to say it could not read the system journal, or None."""
+    for line in ((journal.stderr or "") + "\n" + (journal.stdout or "")).splitlines()[:40]:
+        for marker in JOURNAL_DENIED_LINES:
+            if marker in line:
+                return line.strip().replace("Hint: ", "")[:200]
+    return None
+
+
+def kernel_log_unreadable(source):
+    """The error line for a kernel log that ``choose_kernel_log`` could not read (source ``unavailable (...)``)."""
+    return "the kernel log cannot be read (%s), so Xids cannot be judged. %s" % (source, KERNEL_LOG_FIX)
+
+
 def choose_kernel_log(since, journal, journal_text, read_dmesg, incremental=False):
     """Which kernel log a ``kernel_log: auto`` run judges; returns ``(text, source)``.
 
@@ -834,18 +866,24 @@ def choose_kernel_log(since, journal, journal_text, read_dmesg, incremental=Fals
     2. else dmesg: ``read_dmesg()`` returns ``(result, text)``; it is called
        only here, so a journal with NVRM lines never runs dmesg;
     3. else, the journal having answered: an empty log, "no NVRM lines";
-    4. else an empty log whose source names both failures.
+    4. else an empty log whose source names both failures (``unavailable (...)``);
+       the caller must not judge it a clean log (``kernel_log_unreadable``).
+
+    A journal that answered with systemd's "insufficient permissions" hint
+    (``journal_denied``) did not answer: the kernel's messages are in the system
+    journal, which it could not read.
 
     ``incremental`` marks the sources of steps 1 and 2 as read incrementally
     (``... (incremental)``, ``dmesg (since boot, incremental)``)."""
-    if journal.ok and "NVRM" in journal_text:
+    denied = journal_denied(journal) if journal.ok else None
+    if journal.ok and not denied and "NVRM" in journal_text:
         return journal_text, "journalctl -k -b --since %s%s" % (since, " (incremental)" if incremental else "")
     dmesg, dmesg_text = read_dmesg()
     if dmesg.ok:
         return dmesg_text, "dmesg (since boot%s)" % (", incremental" if incremental else "")
-    if journal.ok:
+    if journal.ok and not denied:
         return "", "journalctl -k -b --since %s (no NVRM lines)" % since
-    return "", "unavailable (%s; %s)" % (journal.message, dmesg.message)
+    return "", "unavailable (%s; %s)" % ("journalctl: " + denied if denied else journal.message, dmesg.message)
 
 
 def _collect_kernel_log(tools, kernel_log, since, inputs, sources):
@@ -872,6 +910,8 @@ def _collect_kernel_log(tools, kernel_log, since, inputs, sources):
         return dmesg, dmesg.stdout
 
     inputs["kernel_log"], sources["kernel_log"] = choose_kernel_log(since, result, result.stdout, read_dmesg)
+    if sources["kernel_log"].startswith("unavailable"):
+        inputs["kernel_log_error"] = kernel_log_unreadable(sources["kernel_log"])
 
 
 def collect(tools, kernel_log="auto", xid_since="24h", sysfs_root="/sys/bus/pci/devices", kernel_log_reader=None):

@@ -112,6 +112,9 @@ def check_gpu_health(tools, params):
                            xid_actions=params.get("xid_actions") or {})
     except (GpuHealthError, XidCatalogError) as exc:
         return _result("gpu_health", "error", "gpu_ready", str(exc))
+    if inputs.get("kernel_log_error"):
+        # Not a pass and not a drift: the check could not see what it judges (the Xids in the kernel log).
+        return _result("gpu_health", "error", "gpu_ready with a readable kernel log", inputs["kernel_log_error"])
     expected = "gpu_ready"
     if params.get("expected_gpus") is not None:
         expected += " with %d GPU(s)" % params["expected_gpus"]

@@ -89,6 +89,7 @@ def test_drifting_hosts_fail_exactly_and_artifacts_are_published(tmp_path):
     assert by_key[("node001", "readiness")]["status"] == "pass"
     assert by_key[("node001", "isolation")]["status"] == "pass"  # the toolkit config the simulated host carries
     assert by_key[("node001", "mig")]["status"] == "skip"
+    assert by_key[("node001", "kubernetes")]["status"] == "skip"   # no compliance_kubeconfig: said, not dropped
     assert by_key[("gone01", "reachability")]["status"] == "unreachable"
     assert not any(r["host"] == "gone01" and r["status"] == "pass" for r in rows)
 
@@ -151,3 +152,31 @@ def test_device_plugin_count_from_the_api_joins_gpu_health(tmp_path):
     assert _failed_hosts(result) == ["node002"]
     failing = _artifact_data(result)["compliance_failing"]
     assert list(failing) == ["node002"] and failing["node002"][0]["check"] == "gpu_health"
+
+
+def test_an_unreachable_api_is_a_kubernetes_error_row_never_dropped(tmp_path):
+    """compliance_kubeconfig names an API nobody answers: every host gets a kubernetes row with the status error
+    (the device-plugin count was not compared), and the hosts are not compliant."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    inventory, drifting = bench.build_fleet(str(fleet), 2, 100)
+    env = bench.ansible_env()
+    (tmp_path / "runner").mkdir()
+    result = ansible_runner.run(
+        private_data_dir=str(tmp_path / "runner"), playbook=PLAYBOOK, inventory=inventory, quiet=True,
+        extravars={"compliance_report_dir": str(tmp_path / "reports"), "compliance_kubeconfig": str(kubeconfig)},
+        envvars=dict((k, env[k]) for k in ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH", "PATH")))
+    assert drifting == {}
+    assert _failed_hosts(result) == ["node001", "node002"]
+    rows = [row for row in _rows(tmp_path / "reports") if row["check"] == "kubernetes"]
+    assert [(row["host"], row["status"]) for row in rows] == [("node001", "error"), ("node002", "error")]
+    assert "the Kubernetes API could not be read" in rows[0]["actual"] and "Fix: check compliance_kubeconfig" in \
+        rows[0]["actual"]
+    summary = _artifact_data(result)["compliance_summary"]
+    assert summary["hosts_compliant"] == 0 and summary["by_check"]["kubernetes"]["error"] == 2

@@ -18,6 +18,7 @@ from standin_helpers import REPO_ROOT, api_get, run_ansible_playbook, start_k8s_
 STANDINS = os.path.join(REPO_ROOT, "tests", "standins")
 sys.path.insert(0, STANDINS)
 import openai_standin  # noqa: E402
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight_serving  # noqa: E402
 CAPTURES = os.path.join(STANDINS, "captures")
 DCGM_PASS = ('{"DCGM Diagnostic": {"version": "4.2.3", "test_categories": [{"category": "Deployment", "tests": '
              '[{"name": "software", "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Pass"}]}]}]}}')
@@ -49,6 +50,8 @@ PLUGIN_POD = {"apiVersion": "v1", "kind": "Pod",
               "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "plugin", "image": "plugin:v0.17.1"}]},
               "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
 GPU_OPERATOR_NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
+RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                 "handler": "nvidia"}
 
 
 @pytest.fixture(scope="module")
@@ -132,22 +135,34 @@ def pod_for(case):
     return pod
 
 
+def tenant_pod(case, gpus):
+    """A tenant's training pod holding `gpus` GPUs of the node of `case`."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "train-" + node_name(case), "namespace": "gpu-operator"},
+            "spec": {"nodeName": node_name(case), "containers": [
+                {"name": "train", "image": "train:1", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running"}}
+
+
 def run_fleet(tmp_path, libcuda, cases, check=False, llm_ports=None, play=PLAY_HOSTS, args=(), extra_env=None,
-              **standin_options):
+              runtime_class=True, **standin_options):
     """One ansible-playbook run over several simulated nodes; returns (result, server).
 
     A case's `serving: MODE` runs its serving gate against the OpenAI stand-in of that mode (`llm_ports`)."""
-    seed = [GPU_OPERATOR_NS]
+    seed = [GPU_OPERATOR_NS] + ([RUNTIME_CLASS] if runtime_class else [])
     inventory = {"all": {"hosts": {}}}
     for case, spec in cases.items():
         spec = dict(spec)
         node = spec.pop("node", None) or node_object()
         pods = spec.pop("pods", (PLUGIN_POD,))
         mode = spec.pop("serving", None)
+        tenant_gpus = spec.pop("tenant_gpus", None)
         if mode is not None:
             spec["llm_port"] = llm_ports[mode]
         seed.append(node_for(case, node))
         seed.extend(pod_for(case) for _pod in pods)
+        if tenant_gpus:
+            seed.append(tenant_pod(case, tenant_gpus))
         inventory["all"]["hosts"][case] = host_vars(tmp_path, libcuda, case, **spec)
     server, kubeconfig = start_k8s_standin(tmp_path, seed, simulate_kubelet=True, **standin_options)
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
@@ -169,8 +184,8 @@ class Fleet(object):
 
     def kubelet_events(self, case):
         """(reason, message) of the kubelet's Events about the serving pod of `case` (they outlive the pod)."""
-        items = api_get(self.server, "/api/v1/namespaces/default/events")["items"]
-        pod = "gpu-native-preflight-" + node_name(case)
+        items = api_get(self.server, "/api/v1/namespaces/gpu-native-preflight/events")["items"]
+        pod = preflight_serving.serving_pod_identity(node_name(case))["name"]
         return [(e["reason"], e["message"]) for e in items if e["involvedObject"]["name"] == pod]
 
 
@@ -215,6 +230,8 @@ HEALTHY = dict(node=node_object(taints=[{"key": "gpu-native.io/unvalidated", "ef
                preflight_serving_volumes=[{"name": "models", "hostPath": {"path": "/srv/models"}}],
                preflight_serving_volume_mounts=[{"name": "models", "mountPath": "/models", "readOnly": True}])
 LLM_MODES = ("ok", "empty", "empty-text")
+# Every GPU held by a tenant's pod: the serving gate is skipped with the reason, the node is not failed.
+GPU_BUSY = dict(serving="ok", tenant_gpus=8)
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +265,7 @@ CORDON_CASES = {
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, libcuda, llm_ports):
     folder = tmp_path_factory.mktemp("fleet")
-    cases = {"healthy": HEALTHY, "admin_cordoned": ADMIN_CORDONED}
+    cases = {"healthy": HEALTHY, "admin_cordoned": ADMIN_CORDONED, "gpu_busy": GPU_BUSY}
     cases.update(CORDON_CASES)
     cases.update((name, kwargs) for name, kwargs, _gate, _reason in FAULTS)
     result, server = run_fleet(folder, libcuda, cases, llm_ports=llm_ports)
@@ -279,6 +296,17 @@ def test_the_serving_pod_used_the_air_gapped_override_and_is_gone(fleet):
     assert ("Started", "Started container server") in fleet.kubelet_events("healthy")
     pods = api_get(fleet.server, "/api/v1/pods?labelSelector=app.kubernetes.io%2Fname%3Dgpu-native-preflight")
     assert pods["items"] == []  # every serving pod deleted, Ready or not
+
+
+def test_a_node_whose_gpus_are_all_in_use_skips_the_serving_gate_and_is_not_failed(fleet):
+    text = " ".join(fleet.result.stdout.split())
+    assert "gpu-gpu-busy: PASSED (spec=pass, hardware=pass, kubernetes=pass, cuda=pass, serving=skip)" in text
+    assert ("gpu-gpu-busy: skipped serving: no nvidia.com/gpu free on the node: 8 allocatable, 8 requested by "
+            "gpu-operator/train-gpu-gpu-busy (8)") in text
+    node = fleet.node("gpu_busy")
+    assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
+    assert fleet.kubelet_events("gpu_busy") == []   # no serving pod was started next to the tenant
+    assert 'gpu_native_preflight_gate_skipped{node="gpu-gpu-busy",gate="serving"} 1' in fleet.metrics("gpu_busy")
 
 
 def test_an_empty_completion_is_not_mistaken_for_a_token_shortage(fleet):
@@ -365,14 +393,26 @@ def test_a_cordon_held_by_another_owner_is_never_released(fleet):
     assert "gpu-mig-cordoned passed but stays cordoned: it was cordoned by mig" in " ".join(fleet.result.stdout.split())
 
 
-def test_check_mode_runs_the_gates_and_changes_nothing(tmp_path, libcuda):
-    cases = {"failing": dict(dcgm=DCGM_FAIL), "killed_run": dict(node=marked("preflight")),
-             "admin_take_over": CORDON_CASES["admin_take_over"]}
+def test_check_mode_runs_no_active_test_and_changes_nothing(tmp_path, libcuda):
+    """--check runs the passive checks only: a dcgmi and an nvbandwidth that record their calls are never called, no
+    CUDA kernel runs (a failing one would fail the gate), and nothing on the nodes changes."""
+    record = tmp_path / "active-tests-invoked"
+    env = {"DCGMI_STANDIN_RECORD": str(record), "NVBANDWIDTH_STANDIN_RECORD": str(record),
+           "FAKE_CUDA_FAIL": "cuModuleLoadData=218"}
+    cases = {"failing": dict(dcgm=DCGM_FAIL, env=env, preflight_nvbandwidth=os.path.join(STANDINS, "nvbandwidth")),
+             "xid79": dict(FAULTS[1][1], env=env),
+             "killed_run": dict(node=marked("preflight"), env=env),
+             "admin_take_over": dict(CORDON_CASES["admin_take_over"], env=env)}
     before = dict((case, node_for(case, spec["node"])) for case, spec in cases.items() if "node" in spec)
     result, server = run_fleet(tmp_path, libcuda, cases, check=True)
     try:
         assert result.returncode == 0, result.stdout[-3000:]
-        assert "gpu-failing: FAILED" in result.stdout and "memory on GPU 3" in result.stdout
+        assert not record.exists(), record.read_text()
+        text = " ".join(result.stdout.split())
+        assert "gpu-failing: PASSED" in text and "memory on GPU 3" not in text
+        assert "check mode: dcgmi diag -r 2 would run; nothing was run" in text
+        assert "cuda=skip" in text and "CUDA_ERROR_INVALID_PTX" not in text
+        assert "gpu-xid79: FAILED" in text    # the passive checks still judge (gpu_health reads the kernel log)
         node = api_get(server, "/api/v1/nodes/gpu-failing")
         assert not node["spec"].get("unschedulable")
         assert "gpu-native.io/preflight" not in node["metadata"]["labels"]
@@ -382,7 +422,6 @@ def test_check_mode_runs_the_gates_and_changes_nothing(tmp_path, libcuda):
             node = api_get(server, "/api/v1/nodes/" + node_name(case))
             assert node["spec"]["unschedulable"] is True
             assert node["metadata"]["annotations"] == seeded["metadata"]["annotations"]
-        text = " ".join(result.stdout.split())
         assert "gpu-killed-run: resumed:" in text and "gpu-admin-take-over: taken_over:" in text
     finally:
         server.stop()
@@ -393,7 +432,7 @@ ONBOARD_PLAY = """
 """
 ONBOARD_VARS = {"onboard_hosts": "all:!localhost", "onboard_become": False, "onboard_gather_facts": False,
                 "onboard_driver": False, "onboard_toolkit": False, "onboard_containerd": False,
-                "onboard_readiness": False, "onboard_mig": False}
+                "onboard_readiness": False, "onboard_mig": False, "onboard_runtime_class": False}
 
 
 def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, libcuda, llm_ports):
@@ -422,5 +461,23 @@ def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, libcu
         assert "gpu-native.io/preflight" not in admin["metadata"]["labels"]     # no gates ran there
         summary = [line for line in result.stdout.splitlines() if "gpu-admin " in line]
         assert summary and "skipped" in summary[-1] and "cordoned by someone outside gpu_native.fleet" in summary[-1]
+    finally:
+        server.stop()
+
+
+def test_onboard_without_the_runtime_class_stops_before_any_cordon(tmp_path, libcuda, llm_ports):
+    """No RuntimeClass nvidia and onboard_runtime_class false: the serving pod would be refused on every node, so
+    onboard.yml stops first, naming the fix, and no node is cordoned or changed."""
+    cases = {"new": HEALTHY, "other": dict(serving="ok")}
+    result, server = run_fleet(tmp_path, libcuda, cases, llm_ports=llm_ports, play=ONBOARD_PLAY,
+                               args=["-e", json.dumps(ONBOARD_VARS)], runtime_class=False)
+    try:
+        assert result.returncode != 0
+        text = " ".join(result.stdout.split())
+        assert "RuntimeClass nvidia does not exist, so the serving gate's pod would be refused on every node; " \
+               "nothing was cordoned or changed. Fix: leave onboard_runtime_class at true" in text, text[-3000:]
+        for case in cases:
+            node = api_get(server, "/api/v1/nodes/" + node_name(case))
+            assert not node["spec"].get("unschedulable") and not set(MARKS) & set(node["metadata"].get("annotations", {}))
     finally:
         server.stop()

@@ -57,3 +57,36 @@ def test_bad_input_is_refused():
     rows = cr.compliance_rows({"a": {"__compliance_node_result": {"checks": [{"x": 1}]}}}, ["a"])
     bad = [row for row in rows if row["check"] == "(malformed)"]
     assert len(bad) == 1 and bad[0]["status"] == "error" and "checks[0] is malformed" in bad[0]["actual"]
+
+
+K8S_NODE = {"resources": [{"metadata": {"name": "gpu-a"}, "status": {"allocatable": {"cpu": "96", "nvidia.com/gpu": "8"}}}]}
+
+
+@pytest.mark.parametrize("k8s, status, actual", [
+    (K8S_NODE, "pass", "allocatable nvidia.com/gpu=8"),
+    ({"skipped": True, "changed": False}, "skip", "not read: neither compliance_kubeconfig nor gpu_native_kubeconfig is set"),
+    # k8s_info against an API that is down: failed (ignore_errors keeps the flag), no resources
+    ({"failed": True, "msg": "Failed to get client due to HTTPSConnectionPool(host='10.0.0.1', port=6443)"}, "error",
+     "the Kubernetes API could not be read: Failed to get client due to HTTPSConnectionPool"),
+    # failed_when: false clears the flag; no resources is still an error, never a pass
+    ({"failed": False, "msg": "Forbidden: nodes \"gpu-a\" is forbidden"}, "error", "Forbidden"),
+    ({"resources": []}, "fail", "the API has no node gpu-a"),
+    ({"resources": [{"status": {"allocatable": {"cpu": "96"}}}]}, "fail", "advertises no nvidia.com/ resource"),
+], ids=["pass", "not-set", "unreachable", "refused", "no-node", "no-gpu-resource"])
+def test_the_kubernetes_row_never_fails_open(k8s, status, actual):
+    hostvars = {"a": {"__compliance_node_result": GOOD, "__compliance_k8s_node": k8s, "compliance_node_name": "gpu-a"}}
+    rows = cr.compliance_rows(hostvars, ["a"])
+    row = [r for r in rows if r["check"] == "kubernetes"]
+    assert len(row) == 1 and row[0]["status"] == status and actual in row[0]["actual"], row
+    verdict = cr.compliance_summary(rows)
+    assert verdict["hosts_compliant"] == (1 if status in ("pass", "skip") else 0)
+    if status in ("error", "fail"):
+        assert [item["check"] for item in verdict["failing"]["a"]] == ["kubernetes"]
+
+
+def test_a_status_the_report_does_not_know_is_not_compliant():
+    rows = cr.compliance_rows({"a": {"__compliance_node_result": {"checks": [
+        {"check": "spec", "status": "passed", "expected": "e", "actual": "a"}]}}}, ["a"])
+    spec = [r for r in rows if r["check"] == "spec"][0]
+    assert spec["status"] == "error" and "unknown status 'passed'" in spec["actual"]
+    assert cr.compliance_summary(rows)["hosts_failed"] == ["a"]

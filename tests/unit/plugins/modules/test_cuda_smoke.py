@@ -141,3 +141,20 @@ def test_ptx_assembles_for_ampere_and_hopper(tmp_path, arch):
     source = tmp_path / "kernel.ptx"
     source.write_text(cuda_smoke.PTX)
     subprocess.check_call([ptxas, "-arch=%s" % arch, str(source), "-o", str(tmp_path / "kernel.cubin")])
+
+
+def test_check_mode_runs_no_kernel_unless_told_to(capsys, fake_libcuda, tmp_path):
+    record = tmp_path / "invocations"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "$*" >> %s\nexec cat %s\n' % (record, tmp_path / "listing.txt"))
+    (tmp_path / "listing.txt").write_text(SMI_L.splitlines()[0] + "\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    result = run(capsys, {"library": fake_libcuda, "nvidia_smi": str(smi), "_ansible_check_mode": True})
+    assert result["skipped"] is True and result["passed"] is False and result["devices"] == []
+    assert result["reasons"] == ["check mode: a CUDA kernel would run on every GPU; nothing was run "
+                                 "(run_in_check_mode=true runs it)"]
+    assert not record.exists() and not result.get("failed")
+    result = run(capsys, {"library": fake_libcuda, "nvidia_smi": str(smi), "_ansible_check_mode": True,
+                          "run_in_check_mode": True})
+    assert result["passed"] is True and len(result["devices"]) == 1
+    assert record.read_text() == "-L\n"

@@ -102,3 +102,24 @@ def test_non_zero_exit_with_clean_report_is_not_a_pass(capsys, monkeypatch, tmp_
 def test_bad_options(capsys, args, message):
     result = run(capsys, args)
     assert result["failed"] is True and message in result["msg"]
+
+
+def test_check_mode_runs_nothing_unless_told_to(capsys, monkeypatch, tmp_path):
+    record = tmp_path / "invocations"
+    out = tmp_path / "diag.json"
+    out.write_text("# ---- BEGIN VERBATIM ----\n" + PASSING)
+    monkeypatch.setenv("DCGMI_STANDIN_OUTPUT", str(out))
+    monkeypatch.setenv("DCGMI_STANDIN_RECORD", str(record))
+    result = run(capsys, {"dcgmi": STANDIN, "level": 3, "_ansible_check_mode": True})
+    assert result["skipped"] is True and result["passed"] is False and result["changed"] is False
+    assert result["reasons"] == ["check mode: dcgmi diag -r 3 would run; nothing was run (run_in_check_mode=true "
+                                 "runs it)"]
+    assert result["command"] == {} and not record.exists()
+    result = run(capsys, {"dcgmi": STANDIN, "level": 1, "_ansible_check_mode": True, "run_in_check_mode": True})
+    assert result["passed"] is True and not result.get("skipped")
+    assert record.read_text() == "diag -r 1 -j\n"
+
+
+def test_check_mode_still_judges_a_captured_output(capsys):
+    result = run(capsys, {"source": "captured", "captured": {"json": PASSING}, "_ansible_check_mode": True})
+    assert result["passed"] is True and not result.get("skipped")

@@ -149,12 +149,18 @@ def test_bad_options_fail_before_anything_runs(capsys, monkeypatch, tmp_path, ar
     assert "command" not in result or result.get("command") in ({}, None)
 
 
-def test_check_mode_runs_unless_told_not_to(capsys, monkeypatch):
+def test_check_mode_runs_nothing_unless_told_to(capsys, monkeypatch, tmp_path):
+    record = tmp_path / "invocations"
+    monkeypatch.setenv("NVBANDWIDTH_STANDIN_RECORD", str(record))
     standin_output(monkeypatch, "h100x8_v0.4_d2d_read_ce.txt")
     result = run(capsys, {"nvbandwidth": STANDIN, "_ansible_check_mode": True})
+    assert result["status"] == "skip" and result["passed"] is False and result["command"] == {}
+    assert result["reasons"] == ["check mode: nvbandwidth -t device_to_device_memcpy_read_ce would run; nothing was "
+                                 "run (run_in_check_mode=true runs it)"]
+    assert not record.exists() and result["changed"] is False
+    result = run(capsys, {"nvbandwidth": STANDIN, "_ansible_check_mode": True, "run_in_check_mode": True})
     assert result["status"] == "pass"
-    result = run(capsys, {"nvbandwidth": STANDIN, "_ansible_check_mode": True, "run_in_check_mode": False})
-    assert result["status"] == "skip" and result["command"] == {}
+    assert record.read_text() == "-t device_to_device_memcpy_read_ce\n"
 
 
 # nvbandwidth v0.10.0 (real output, tests/fixtures/nvbandwidth/h100x8_v0.10.0_d2d_read_write_ce.txt) lists no GPUs.

@@ -23,6 +23,18 @@ def journal_missing():
     return node_tools.ToolResult("journalctl", ["journalctl", "-k"], node_tools.MISSING)
 
 
+# journalctl as a user outside systemd-journal/adm: rc=0, the user's own (empty) journal, the hint on stderr
+# (systemd src/shared/journal-util.c, access_check_var_log_journal()).
+DENIED_HINT = ("Hint: You are currently not seeing messages from other users and the system.\n"
+               "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
+               "      Pass -q to turn off this notice.\n")
+
+
+def journal_denied(stdout="-- No entries --\n", stderr=DENIED_HINT):
+    return node_tools.ToolResult("journalctl", ["journalctl", "-k"], node_tools.OK, rc=0, stdout=stdout,
+                                 stderr=stderr)
+
+
 def dmesg_ok(text):
     return node_tools.ToolResult("dmesg", ["dmesg"], node_tools.OK, rc=0, stdout=text)
 
@@ -133,3 +145,37 @@ def test_both_readers_follow_the_one_order(tmp_path, journal, dmesg, text, sourc
                    "dmesg (since boot)": "dmesg (since boot, incremental)"}
     assert (sources["kernel_log"], tools.calls) == (incremental.get(source, source), calls)
     assert inputs["kernel_log"] == text  # the kept lines: here every line of the one read is an NVRM line
+
+
+@pytest.mark.parametrize("journal", [
+    journal_denied(),
+    journal_denied(stderr="Hint: You are currently not seeing messages from the system.\n"),
+    journal_denied(stdout="", stderr="No journal files were opened due to insufficient permissions.\n"),
+], ids=["other-users-and-system", "system", "no-files"])
+def test_a_journal_that_may_not_read_the_system_journal_did_not_answer(journal):
+    # without root: no kernel lines from journalctl, EPERM from dmesg: unavailable, never "no NVRM lines"
+    dmesg = Dmesg(dmesg_failed())
+    text, source = gpu_health.choose_kernel_log(SINCE, journal, journal.stdout, dmesg)
+    assert text == "" and source.startswith("unavailable (journalctl: ")
+    assert "insufficient permissions" in source or "not seeing messages from" in source
+    assert source.endswith("dmesg exited with rc=1: dmesg: read kernel buffer failed: Operation not permitted)")
+    assert dmesg.calls == 1
+
+
+def test_a_denied_journal_still_falls_back_to_a_readable_dmesg():
+    dmesg = Dmesg(dmesg_ok(RING))
+    assert gpu_health.choose_kernel_log(SINCE, journal_denied(), "-- No entries --\n", dmesg) == (
+        RING, "dmesg (since boot)")
+
+
+def test_an_unreadable_kernel_log_is_never_ready_and_names_the_fix():
+    inputs, sources = {}, {}
+    gpu_health._collect_kernel_log(Tools(journal_denied(), dmesg_failed()), "auto", SINCE, inputs, sources)
+    assert inputs["kernel_log_error"].startswith("the kernel log cannot be read (unavailable (journalctl: You are "
+                                                 "currently not seeing messages from other users and the system.; ")
+    assert "Fix: run as root (become: true" in inputs["kernel_log_error"]
+    verdict = gpu_health.evaluate(inputs)
+    assert verdict["gpu_ready"] is False and inputs["kernel_log_error"] in verdict["reasons"]
+    inputs, sources = {}, {}   # a readable, quiet journal is a clean log: no error
+    gpu_health._collect_kernel_log(Tools(journal_ok(JOURNAL_NOISE), dmesg_failed()), "auto", SINCE, inputs, sources)
+    assert "kernel_log_error" not in inputs

@@ -1,5 +1,6 @@
-"""fleet_compliance: the containerd, readiness and isolation checks, and the tool-run cache."""
+"""fleet_compliance: the containerd, readiness, isolation and gpu_health checks, and the tool-run cache."""
 import os
+import stat
 
 import pytest
 
@@ -127,3 +128,50 @@ def test_isolation_missing_unreadable_and_hostile_files(tmp_path):
     result = fc.check_isolation(str(fifo))
     assert result["status"] == "error", result
     assert fc.check_isolation(str(tmp_path))["status"] == "error"
+
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
+STANDINS = os.path.join(REPO, "tests", "standins")
+XID79 = "[ 1234.567] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+
+
+def _tool(folder, name, body):
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def _node_without_root(tmp_path, monkeypatch):
+    """A healthy H100 node (nvidia-smi stand-in) whose kernel log the remote user may not read: journalctl answers
+    rc=0 with systemd's hint and no entries, dmesg fails with EPERM (kernel.dmesg_restrict=1)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _tool(bin_dir, "journalctl", 'echo "-- No entries --"\n'
+          'echo "Hint: You are currently not seeing messages from other users and the system." >&2\nexit 0\n')
+    _tool(bin_dir, "dmesg", 'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2\nexit 1\n')
+    monkeypatch.setenv("PATH", str(bin_dir) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("NVIDIA_SMI_STANDIN_CAPTURE", os.path.join(STANDINS, "captures", "h100x8-healthy"))
+    return {"checks": ["gpu_health"], "nvidia_smi": os.path.join(STANDINS, "nvidia-smi"),
+            "lspci": str(tmp_path / "no-lspci"), "pci_sysfs_root": str(tmp_path / "no-sysfs")}
+
+
+def test_an_unreadable_kernel_log_is_an_error_naming_the_source_and_become(tmp_path, monkeypatch):
+    params = _node_without_root(tmp_path, monkeypatch)
+    result = fc.run_checks(params)
+    health = [c for c in result["checks"] if c["check"] == "gpu_health"][0]
+    assert health["status"] == "error" and result["compliant"] is False
+    assert "the kernel log cannot be read (unavailable (journalctl: You are currently not seeing messages" in \
+        health["actual"]
+    assert "dmesg exited with rc=1: dmesg: read kernel buffer failed: Operation not permitted" in health["actual"]
+    assert "Fix: run as root (become: true" in health["actual"]
+
+
+def test_a_readable_kernel_log_file_is_judged(tmp_path, monkeypatch):
+    params = _node_without_root(tmp_path, monkeypatch)
+    log = tmp_path / "kern.log"
+    log.write_text(XID79)
+    health = fc.check_gpu_health(fc.tools_for(params), dict(params, kernel_log=str(log)))
+    assert health["status"] == "fail" and "79" in health["actual"]
+    log.write_text("")
+    health = fc.check_gpu_health(fc.tools_for(params), dict(params, kernel_log=str(log)))
+    assert health["status"] in ("pass", "fail") and "kernel log cannot be read" not in health["actual"]
