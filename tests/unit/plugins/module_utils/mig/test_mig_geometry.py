@@ -308,12 +308,11 @@ LGIP_CAPTURES = {"A100-40GB": ("A100-40GB", "-lgip"), "A100-80GB": ("A100-80GB",
 @pytest.mark.parametrize("model", sorted(LGIP_CAPTURES))
 def test_captured_memory_figures_are_what_nvidia_smi_prints(model):
     """memory_source "capture" is true: every profile the capture shows has the capture's GiB and profile id."""
-    from ansible_collections.gpu_native.fleet.plugins.module_utils.mig import mig_tables
-    from mig_fixtures import mig_tables as capture
+    from mig_fixtures import mig_tables as capture, parse_lgip
 
     data = mg.GEOMETRY[model]
     assert data["memory_source"] == "capture"
-    rows = mig_tables.parse_lgip(capture(*LGIP_CAPTURES[model]))
+    rows = parse_lgip(capture(*LGIP_CAPTURES[model]))
     assert len(rows) >= 6
     for row in rows:
         profile = data["profiles"][row["profile"]]
