@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The rolling_upgrade and _gpu_clients roles: defaults equal their argument specs, every variable their tasks (and
+"""The upgrade and _gpu_clients roles: defaults equal their argument specs, every variable their tasks (and
 the upgrade playbooks) read is in a spec, and no role or upgrade playbook reads another role's __ variables."""
 import glob
 import os
@@ -33,7 +33,7 @@ def role_files(role):
 
 
 @pytest.mark.parametrize("role, entry_points", [
-    ("rolling_upgrade", {"main", "summary"}),
+    ("upgrade", {"main", "summary"}),
     ("_gpu_clients", {"pause", "resume"}),
 ])
 def test_defaults_equal_the_argument_specs(role, entry_points):
@@ -60,10 +60,11 @@ def names_read(pattern, paths):
 
 
 def test_every_upgrade_variable_read_is_in_the_role_spec():
-    documented = set(specs("rolling_upgrade")["main"]["options"]) | set(specs("rolling_upgrade")["summary"]["options"])
-    read = names_read(r"upgrade_[a-z_]+", role_files("rolling_upgrade") + UPGRADE_PLAYBOOKS)
-    # upgrade_summary is the stat published for AWX (set_stats), not a variable anyone sets.
-    assert read - documented == {"upgrade_summary"}
+    documented = set(specs("upgrade")["main"]["options"]) | set(specs("upgrade")["summary"]["options"])
+    read = names_read(r"upgrade_[a-z_]+", role_files("upgrade") + UPGRADE_PLAYBOOKS)
+    # upgrade_summary is the stat published for AWX (set_stats) and upgrade_report the per-node fact the flow
+    # sets for it: neither is a variable anyone sets.
+    assert read - documented == {"upgrade_summary", "upgrade_report"}
 
 
 def test_every_gpu_clients_variable_read_is_in_an_entry_point_spec():
@@ -82,7 +83,7 @@ def test_no_role_or_upgrade_playbook_reads_another_roles_internal_variables():
     seen = []
     for role in roles:
         others = ["__%s_" % other.lstrip("_") for other in roles if other != role]
-        for path, text in texts(role_files(role) + (UPGRADE_PLAYBOOKS if role == "rolling_upgrade" else [])):
+        for path, text in texts(role_files(role) + (UPGRADE_PLAYBOOKS if role == "upgrade" else [])):
             for prefix in others:
                 if re.search(r"(?<![\w])%s" % re.escape(prefix), text):
                     seen.append((os.path.relpath(path, REPO), prefix))
