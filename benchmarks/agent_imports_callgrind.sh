@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # What each import step of the readiness agent adds, in instructions (valgrind --tool=callgrind: load-independent),
 # for the agent of a checkout laid out as the role installs it (issue #32).  Each row is a cumulative prefix of the

@@ -479,7 +479,7 @@ class KubeletStandin:
         while not self._stop.wait(self.interval):
             try:
                 self.sync()
-            except Exception as exc:  # pylint: disable=broad-except  (kept for the test to show)
+            except Exception as exc:  # pylint: disable=broad-except  # kept for the test to show
                 self.errors.append(repr(exc))
 
     def _now(self):
@@ -497,12 +497,13 @@ class KubeletStandin:
             self._sync_pods(node, now)
 
     def _post_node_status(self, node, resources, now):
-        self.plane.request("PATCH", "/api/v1/nodes/%s/status" % node, {"status": {
+        status = {"status": {
             "capacity": resources, "allocatable": resources,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "kubelet stand-in (tests/kube_cluster.py)",
-                            "lastHeartbeatTime": now, "lastTransitionTime": self._since}]}},
-            content_type="application/strategic-merge-patch+json")
+                            "lastHeartbeatTime": now, "lastTransitionTime": self._since}]}}
+        self.plane.request("PATCH", "/api/v1/nodes/%s/status" % node, status,
+                           content_type="application/strategic-merge-patch+json")
 
     def _sync_pods(self, node, now):
         status, answer = self.plane.request("GET", "/api/v1/pods?fieldSelector=spec.nodeName%%3D%s" % node)
@@ -520,13 +521,14 @@ class KubeletStandin:
                         "%s/%s" % (meta["namespace"], meta["name"]) not in self.pending:
                     ready = [{"type": kind, "status": "True", "lastTransitionTime": now}
                              for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
-                    self.plane.request("PATCH", path + "/status", {"status": {
+                    status = {"status": {
                         "phase": "Running", "conditions": ready, "startTime": now, "podIP": "10.244.0.10",
                         "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "",
                                                "ready": True, "restartCount": 0, "started": True,
                                                "state": {"running": {"startedAt": now}}}
-                                              for c in pod["spec"]["containers"]]}},
-                        content_type="application/strategic-merge-patch+json")
+                                              for c in pod["spec"]["containers"]]}}
+                    self.plane.request("PATCH", path + "/status", status,
+                                       content_type="application/strategic-merge-patch+json")
 
 
 # --- the collection's RBAC (rbac/*.yml), a service account per job, a kubeconfig from its token -----------------
@@ -538,7 +540,7 @@ JOBS_WITH_NAMESPACED_ROLE = ("onboarding", "upgrades")
 
 def rbac_cluster_roles():
     """{file stem: ClusterRole} of every rbac/*.yml the collection ships (each file holds one ClusterRole)."""
-    import yaml  # pylint: disable=import-outside-toplevel  (in the test venv; the launcher itself needs no YAML)
+    import yaml  # pylint: disable=import-outside-toplevel  # in the test venv; the launcher itself needs no YAML
     roles = {}
     for name in sorted(os.listdir(RBAC_DIR)):
         if name.endswith(".yml"):

@@ -380,8 +380,9 @@ def main():
                                      "drop it.")
             if module.check_mode and not params["run_in_check_mode"]:
                 out = empty_result()
-                out.update(status="skip", reasons=["check mode: nvbandwidth -t %s would run; nothing was run "
-                                                  "(run_in_check_mode=true runs it)" % " ".join(testcases)])
+                out.update(status="skip", reasons=[
+                    "check mode: nvbandwidth -t %s would run; nothing was run (run_in_check_mode=true runs it)"
+                    % " ".join(testcases)])
                 module.exit_json(changed=False, **out)
             tools = node_tools.from_module_params(params, captured={}, tools=TOOL_OPTIONS)
             result = tools.run("nvbandwidth", args, timeout=params["timeout"])

@@ -42,7 +42,7 @@ BODY = st.one_of(
     st.binary(max_size=200),
     st.integers(min_value=1, max_value=3000).map(lambda n: b"[" * n),
     st.lists(JSON.map(lambda value: b"data: " + json.dumps(value).encode()) | st.sampled_from(
-        [b": keep-alive", b"data: [DONE]", b"event: x", b""]), max_size=6).map(lambda lines: b"\n".join(lines)))
+        [b": keep-alive", b"data: [DONE]", b"event: x", b""]), max_size=6).map(b"\n".join))
 STATUS = st.one_of(st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.1 201 Created", b"HTTP/1.1 100 Continue",
                                     b"HTTP/1.1 302 Found", b"HTTP/1.1 307 Temporary Redirect", b"HTTP/1.1 401 No",
                                     b"HTTP/1.1 429 Too Many", b"HTTP/1.1 500 Oops", b"HTTP/1.0 204 None",

@@ -514,8 +514,8 @@ def _resource_check(gpus, actual, config, mig_layout, gpu_count, checks, reasons
         checks["device_plugin_count_matches"] = all(row["matches"] for row in known)
     for row in rows:
         if row["matches"] is False:
-            reasons.append("The device plugin exposes %d %s but the node's GPUs and device-plugin config (migStrategy "
-                           "%s) give %d. Fix: restart the NVIDIA device plugin pod and check its log for unhealthy "
+            reasons.append("The device plugin exposes %s %s but the node's GPUs and device-plugin config (migStrategy "
+                           "%s) give %s. Fix: restart the NVIDIA device plugin pod and check its log for unhealthy "
                            "devices, or correct device_plugin_config/mig_layout." % (
                                row["actual"], row["resource"], expectation["strategy"], row["expected"]))
         elif row["matches"] is None:

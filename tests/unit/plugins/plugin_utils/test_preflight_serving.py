@@ -144,8 +144,8 @@ def test_a_fully_allocated_node_is_busy_naming_the_holders():
 
 
 def test_terminated_pods_and_a_left_serving_pod_hold_nothing():
-    left = tenant("gpu-native-preflight-gpu-1-abc", 1, labels={"app.kubernetes.io/name": "gpu-native-preflight",
-                                                              "gpu-native.io/preflight-node-hash": "abc"})
+    left = tenant("gpu-native-preflight-gpu-1-abc", 1,
+                  labels={"app.kubernetes.io/name": "gpu-native-preflight", "gpu-native.io/preflight-node-hash": "abc"})
     pods = [tenant("done", 4, phase="Succeeded"), tenant("crashed", 2, phase="Failed"), tenant("train", 7), left]
     result = ps.free_gpus(gpu_node(), pods, "nvidia.com/gpu",
                           {"app.kubernetes.io/name": "gpu-native-preflight", "gpu-native.io/preflight-node-hash": "abc"})
