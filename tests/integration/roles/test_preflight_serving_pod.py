@@ -106,6 +106,16 @@ def test_the_serving_pod_is_a_good_citizen(serving):
                                             "capabilities": {"drop": ["ALL"]}}
     assert container["resources"] == {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"},
                                       "limits": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "1"}}
+    # an existing namespace is used as it is, never patched (rbac/onboarding.yml grants get and create only)
+    existing = plane.api("GET", "/api/v1/namespaces/" + namespace)
+    assert "app.kubernetes.io/managed-by" not in existing["metadata"].get("labels", {})
+
+
+def test_a_missing_namespace_is_created_with_the_collections_label(serving):
+    plane, node, namespace, run = serving
+    assert plane.request("GET", "/api/v1/namespaces/" + namespace)[0] == 404
+    result = run()
+    assert result.returncode == 0, result.stdout[-4000:]
     created = plane.api("GET", "/api/v1/namespaces/" + namespace)
     assert created["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu_native.fleet"
 
