@@ -95,7 +95,7 @@ def test_drifting_hosts_fail_exactly_and_artifacts_are_published(tmp_path):
 
     suites = ET.parse(str(reports / "compliance.junit.xml")).getroot()
     cases = dict(((case.get("classname"), case.get("name")), case) for case in suites.iter("testcase"))
-    assert len(cases) == 4 * 6 + 1  # spec, gpu_health, mig, containerd, readiness, isolation per host
+    assert len(cases) == 4 * 7 + 1  # spec, gpu_health, mig, containerd, readiness, isolation, kubernetes per host
     failure = cases[("node002", "spec")].find("failure")
     assert failure is not None and "expected:" in failure.text and "65530" in failure.text
     assert cases[("node001", "spec")].find("failure") is None
