@@ -197,7 +197,8 @@ def prometheusrule_crd(kube_cluster):
                      expect=(201, 409))
     kube_cluster.wait_for("the PrometheusRule CRD to be Established", lambda: any(
         c["type"] == "Established" and c["status"] == "True"
-        for c in kube_cluster.api("GET", path).get("status", {}).get("conditions", [])))
+        # a CRD just created has status.conditions null until its controller writes them
+        for c in (kube_cluster.api("GET", path).get("status") or {}).get("conditions") or []))
     # a CRD just established can still answer 404/429 for a moment: wait until its resources are listed
     kube_cluster.wait_for("the PrometheusRule resource to be served", lambda: kube_cluster.request(
         "GET", "/apis/monitoring.coreos.com/v1/prometheusrules")[0] == 200)
