@@ -298,7 +298,7 @@ def kyverno_crd(kube_cluster):
         crd = kube_cluster.api("GET", CRD_API + KYVERNO_CRD["metadata"]["name"])
         served = kube_cluster.request("GET", "/apis/kyverno.io/v1/clusterpolicies")[0] == 200
         return served and any(c["type"] == "Established" and c["status"] == "True"
-                              for c in crd.get("status", {}).get("conditions", []))
+                              for c in (crd.get("status") or {}).get("conditions") or [])
     kube_cluster.wait_for("the ClusterPolicy CRD to be served", established)
     yield
     kube_cluster.request("DELETE", CRD_API + KYVERNO_CRD["metadata"]["name"])
