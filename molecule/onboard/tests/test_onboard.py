@@ -84,3 +84,12 @@ def test_every_node_got_the_containerd_handler(host):
 
 def test_readiness_agent_timer_installed(host):
     assert host.service("gpu-native-readiness.timer").is_enabled
+
+
+def test_preflight_leaves_the_sandboxed_agents_textfile_folder_as_the_readiness_role_made_it(host):
+    """The preflight role writes its metrics into the same folder: it must not reset the folder's mode (it did:
+    0755 locked the readiness agent's dynamic user out, and the agent's next run failed with EACCES)."""
+    folder = host.file("/var/lib/prometheus/node-exporter")
+    assert (folder.user, folder.group, folder.mode) == ("root", "gpu-native-textfile", 0o1775)
+    run = host.run("systemctl start gpu-native-readiness.service")
+    assert run.rc == 0, host.run("journalctl --no-pager -u gpu-native-readiness.service | tail -5").stdout
