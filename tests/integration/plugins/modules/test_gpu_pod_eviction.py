@@ -6,6 +6,8 @@ import shutil
 
 import pytest
 
+from eviction_playbook import PLAYBOOK
+
 NODE = "gpu-node-1"
 RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "6a0c1d7e-3c1e-4d8a-9a43-0d6b7c2f1a01",
       "controller": True}
@@ -51,23 +53,6 @@ SEED = [
     pod("kube-proxy-static", namespace="kube-system", owner=None,
         annotations={"kubernetes.io/config.mirror": "0123456789abcdef"}),
 ]
-
-PLAYBOOK = """
-- name: gpu_pod_eviction
-  hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Evict
-      gpu_native.fleet.gpu_pod_eviction: {args}
-      register: eviction
-      ignore_errors: true
-    - name: Keep the result
-      ansible.builtin.copy:
-        content: "{{{{ eviction | to_json }}}}"
-        dest: "{out}"
-        mode: "0600"
-      check_mode: false
-"""
 
 
 def pod_names(server, node=None):

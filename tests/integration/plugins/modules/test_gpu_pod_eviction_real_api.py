@@ -14,24 +14,8 @@ import urllib.parse
 
 import pytest
 
+from eviction_playbook import PLAYBOOK
 from kube_cluster import KubeletStandin
-
-PLAYBOOK = """
-- name: gpu_pod_eviction
-  hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Evict
-      gpu_native.fleet.gpu_pod_eviction: {args}
-      register: eviction
-      ignore_errors: true
-    - name: Keep the result
-      ansible.builtin.copy:
-        content: "{{{{ eviction | to_json }}}}"
-        dest: "{out}"
-        mode: "0600"
-      check_mode: false
-"""
 
 
 class Fleet:
