@@ -2,6 +2,12 @@
 # Run Molecule scenarios: every molecule/*/molecule.yml, or the names given.
 # Every scenario runs even when one fails; the exit status says whether all
 # passed, and a table of wall times is printed at the end.
+#
+# MOLECULE_JOBS (default 2) scenarios run at a time, longest first (by the
+# warm figure of docs/DEVELOPING.md's time-budget table): a scenario spends
+# much of its time waiting on systemd, apt and polls, which a second one
+# fills.  Each running scenario's output goes to .cache/molecule-logs/<name>.log
+# and is printed whole when it ends, so the log reads one scenario at a time.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo" || exit 1
@@ -15,14 +21,28 @@ export NO_COLOR=1 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 # this machine would test each other's code.  Molecule's own scratch folders
 # move there too.
 export ANSIBLE_HOME="$repo/.cache/ansible-home"
-# Shared by every test host: downloaded .deb files survive between runs.  A
-# host that installs in parallel with another gets a folder of its own (apt's
-# lock does not work across containers): every .cache/apt-archives* folder a
-# scenario mounts is created here.
-mkdir -p "$repo/.cache/apt-archives/partial"
-while read -r dir; do
-  mkdir -p "$repo/$dir/partial"
-done < <(grep -ho '/\.cache/apt-archives[-a-z0-9]*:' molecule/*/molecule.yml | tr -d ':' | sort -u | sed 's#^/##')
+jobs_max=${MOLECULE_JOBS:-2}
+if ! [[ $jobs_max =~ ^[1-9][0-9]*$ ]]; then
+  echo "MOLECULE_JOBS must be a positive integer, not '$jobs_max'" >&2
+  exit 2
+fi
+logs="$repo/.cache/molecule-logs"
+mkdir -p "$logs"
+
+# Downloaded .deb files survive between runs in .cache/apt-archives<slot>.
+# apt's lock on that folder does not work across containers, so every job
+# slot has its own (GN_APT_SLOT, read by the scenarios' volumes: empty for
+# the first slot, "-slot2" ... for the others), and a host that installs in
+# parallel with another of its scenario mounts a folder of its own.  Every
+# folder a scenario mounts is created here.
+# shellcheck disable=SC2016  # a literal ${GN_APT_SLOT} in the scenario files
+mapfile -t folders < <(grep -ho '/\.cache/apt-archives[-a-z0-9]*\(\${GN_APT_SLOT}\)\?:' molecule/*/molecule.yml | tr -d ':' | sort -u | sed 's#^/##')
+for slot in $(seq 1 "$jobs_max"); do
+  suffix=""; ((slot > 1)) && suffix="-slot$slot"
+  for dir in "${folders[@]}"; do
+    mkdir -p "$repo/${dir//\$\{GN_APT_SLOT\}/$suffix}/partial"
+  done
+done
 
 if (($#)); then
   scenarios=("$@")
@@ -38,25 +58,66 @@ if ((${#scenarios[@]} == 0)); then
   exit 1
 fi
 
-declare -A result
+# Longest first: a long scenario started last would leave one slot idle at the end.
+table_seconds() {
+  local m s
+  if [[ $(grep -m1 -E "^\| \`$1\` \| scenario \| " docs/DEVELOPING.md | cut -d'|' -f4) =~ ([0-9]+)m([0-9]+)s ]]; then
+    m=${BASH_REMATCH[1]}; s=${BASH_REMATCH[2]}
+    echo $((10#$m * 60 + 10#$s))
+  else
+    echo 0
+  fi
+}
+mapfile -t scenarios < <(for s in "${scenarios[@]}"; do printf '%s %s\n' "$(table_seconds "$s")" "$s"; done | sort -rn | cut -d' ' -f2)
+
+declare -A result started slot_of
 failed=0
 all_start=$(date +%s)
-for s in "${scenarios[@]}"; do
-  start=$(date +%s)
-  echo "=== molecule test -s $s"
+free_slots=()
+for slot in $(seq 1 "$jobs_max"); do free_slots+=("$slot"); done
+
+run_one() {  # scenario slot
+  local s=$1 slot=$2 suffix=""
+  ((slot > 1)) && suffix="-slot$slot"
+  export GN_APT_SLOT=$suffix
   if molecule test -s "$s"; then
-    status=passed
-  else
-    status=FAILED
-    failed=1
-    # Leave nothing running behind a failed scenario.
-    molecule destroy -s "$s" >/dev/null 2>&1 || true
+    exit 0
   fi
-  secs=$(( $(date +%s) - start ))
+  # Leave nothing running behind a failed scenario.
+  molecule destroy -s "$s" >/dev/null 2>&1 || true
+  exit 1
+}
+
+finish() {  # pid rc
+  local pid=$1 rc=$2 s=${scenario_of[$1]} secs status=passed
+  secs=$(( $(date +%s) - ${started[$s]} ))
+  if ((rc != 0)); then status=FAILED; failed=1; fi
+  echo "=== molecule test -s $s (slot ${slot_of[$s]}): $status after $((secs / 60))m$((secs % 60))s"
+  cat "$logs/$s.log"
+  echo "=== end of $s"
   result[$s]="$status $((secs / 60))m$((secs % 60))s"
+  free_slots+=("${slot_of[$s]}")
+  unset "scenario_of[$pid]"
+}
+
+declare -A scenario_of
+for s in "${scenarios[@]}"; do
+  while ((${#free_slots[@]} == 0)); do
+    wait -n -p done_pid; rc=$?
+    finish "$done_pid" "$rc"
+  done
+  slot=${free_slots[0]}; free_slots=("${free_slots[@]:1}")
+  slot_of[$s]=$slot; started[$s]=$(date +%s)
+  echo "=== start molecule test -s $s (slot $slot) $(date -u +%H:%M:%S)"
+  run_one "$s" "$slot" >"$logs/$s.log" 2>&1 &
+  scenario_of[$!]=$s
+done
+while ((${#scenario_of[@]} > 0)); do
+  wait -n -p done_pid; rc=$?
+  finish "$done_pid" "$rc"
 done
 
-echo "=== Molecule scenarios"
+echo "=== Molecule scenarios ($jobs_max at a time)"
 for s in "${scenarios[@]}"; do
   printf '%-32s %s\n' "$s" "${result[$s]}"
 done
