@@ -130,10 +130,10 @@ class MetricSet(object):
 
 def write_atomically(directory, file_name, content):
     """Write ``content`` to ``directory/file_name`` through a temporary file and a rename."""
-    import tempfile  # loaded by the runner (node_tools) in a run; not needed by the CUDA probe child
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
-    handle, temp_path = tempfile.mkstemp(prefix="." + file_name + ".", suffix=".tmp", dir=directory)
+    # tempfile.mkstemp without importing tempfile (shutil, bz2, lzma, random: issue #32)
+    handle, temp_path = node_tools().make_temporary(directory, "." + file_name + ".", ".tmp")
     try:
         with os.fdopen(handle, "w") as stream:
             stream.write(content)
