@@ -23,6 +23,7 @@ measured in the same run.  ``--callgrind`` adds the instruction count (``valgrin
 process only) of one steady-state run of each agent and of ``python3 -I -S -c pass``: a load-independent ratio.
 
     .venv/bin/python benchmarks/agent_footprint.py [--lines 200000] [--runs 5] [--json] [--baseline DIR] [--callgrind]
+        [--sources journal,file]
 """
 import argparse
 import json
@@ -364,8 +365,13 @@ def main():
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--baseline", metavar="DIR", help="a checkout of another revision, measured side by side")
     parser.add_argument("--callgrind", action="store_true", help="add valgrind instruction counts (load-independent)")
+    parser.add_argument("--sources", default="journal,file",
+                        help="comma-separated: journal, file (default both; one halves a run on a busy machine)")
     options = parser.parse_args()
-    report = run(options.lines, options.runs, baseline=options.baseline, callgrind=options.callgrind)
+    sources = tuple(source for source in options.sources.split(",") if source)
+    if not sources or set(sources) - {"journal", "file"}:
+        parser.error("--sources takes journal, file or journal,file")
+    report = run(options.lines, options.runs, sources=sources, baseline=options.baseline, callgrind=options.callgrind)
     if options.json:
         print(json.dumps(report, indent=2))
         return 0
