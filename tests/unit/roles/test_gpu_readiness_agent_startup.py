@@ -86,7 +86,31 @@ def test_the_cuda_probe_child_gets_the_agents_interpreter_flags():
                               check=True)
     assert isolated.stdout.strip() == "-I -S"
     plain = subprocess.run([sys.executable, "-c", code, AGENT_PATH], capture_output=True, text=True, check=True)
-    assert plain.stdout.split()[0] == AGENT_PATH
+    # the launcher next to the agent: the child imports the agent from its bytecode instead of compiling it
+    assert plain.stdout.split()[0] == os.path.join(os.path.dirname(AGENT_PATH), "gpu_native_readiness_run.py")
+
+
+def test_the_cuda_probe_child_runs_the_agent_itself_where_no_launcher_is_installed(tmp_path):
+    import shutil
+    shutil.copy(AGENT_PATH, str(tmp_path))
+    code = (
+        "import sys, importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('agent', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "print(module.probe_script())\n"
+    )
+    alone = str(tmp_path / "gpu_native_readiness_agent.py")
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, alone], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == alone
+
+
+def test_the_cuda_probe_through_the_launcher_answers_as_the_agent_does(tmp_path):
+    """The probe child started the way check_cuda starts it: a library that cannot be loaded exits 2, both ways."""
+    for script in (AGENT_PATH, LAUNCHER):
+        result = subprocess.run([sys.executable, "-I", "-S", script, "--cuda-probe", str(tmp_path / "no-libcuda.so")],
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 2, (script, result.stderr)
 
 
 LAUNCHER = os.path.join(os.path.dirname(AGENT_PATH), "gpu_native_readiness_run.py")
