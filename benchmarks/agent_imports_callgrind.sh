@@ -23,11 +23,17 @@ ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null /usr/bin/python3
 floor=$(ir "pass")
 prev=$floor
 printf "%8.1f M  python3 -I -S -c pass\n" "$(echo "$floor/1000000" | bc -l)"
-for stmt in "import json, os, time" ${extra:+"$extra"} "import tempfile" "from $M._common import node_tools" \
+# the agent itself: imported from its bytecode through the launcher (issue #32), or, in a checkout without one,
+# compiled on every run as the script the unit starts
+if [ -f "$inst/gpu_native_readiness_run.py" ]; then
+  agent_steps=("sys.path.insert(0, '$inst'); import gpu_native_readiness_agent")
+else
+  agent_steps=("src = open('$inst/gpu_native_readiness_agent.py').read(); code = compile(src, 'agent', 'exec')"
+               "exec(code, {'__name__': 'agent', '__file__': '$inst/gpu_native_readiness_agent.py'})")
+fi
+for stmt in "import json, os, time" ${extra:+"$extra"} "from $M._common import node_tools" \
     "from $M.gpu import pci" "from $M.gpu import nvidia_smi" "from $M.gpu import xid" "from $M.gpu import gpu_health" \
-    "from $M.gpu import kernel_log_state" \
-    "src = open('$inst/gpu_native_readiness_agent.py').read(); code = compile(src, 'agent', 'exec')" \
-    "exec(code, {'__name__': 'agent', '__file__': '$inst/gpu_native_readiness_agent.py'})"; do
+    "from $M.gpu import kernel_log_state" "${agent_steps[@]}"; do
   P="$P $stmt;"
   now=$(ir "$P")
   printf "%8.1f M  %s\n" "$(echo "($now-$prev)/1000000" | bc -l)" "$(echo "$stmt" | sed "s|$M|module_utils|g; s|$inst/||g")"

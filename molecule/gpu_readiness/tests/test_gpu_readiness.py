@@ -137,12 +137,18 @@ def test_the_sandboxed_agent_wrote_the_metrics_and_its_state(host):
     assert host.file("/var/lib/private/gpu-native-readiness/kernel_log_state.json").uid == owner
 
 
-def test_the_shared_modules_have_bytecode_the_sandboxed_agent_can_read(host):
+@pytest.mark.parametrize("source", [
+    "ansible_collections/gpu_native/fleet/plugins/module_utils/gpu/xid.py",
+    # the unit starts gpu_native_readiness_run.py, which imports the agent from this bytecode (issue #32)
+    "gpu_native_readiness_agent.py",
+])
+def test_the_shared_modules_have_bytecode_the_sandboxed_agent_can_read(host, source):
     """The unit runs Python with -B on a read-only system: without the role's compiled bytecode every run would
-    compile the shared modules again. Python takes a .pyc only when its recorded source mtime matches."""
-    package = "/usr/local/lib/gpu-native-readiness/ansible_collections/gpu_native/fleet/plugins/module_utils/gpu"
+    compile the shared modules and the agent again. Python takes a .pyc only when its recorded source mtime
+    matches."""
     check = host.run("/usr/bin/python3 -I -c 'import importlib.util, sys; p = sys.argv[1]; "
                      "print(open(importlib.util.cache_from_source(p), \"rb\").read(16)[8:12] == "
-                     "int(__import__(\"os\").stat(p).st_mtime).to_bytes(4, \"little\"))' %s/xid.py" % package)
+                     "int(__import__(\"os\").stat(p).st_mtime).to_bytes(4, \"little\"))' "
+                     "/usr/local/lib/gpu-native-readiness/%s" % source)
     assert check.rc == 0, check.stderr
     assert check.stdout.strip() == "True", check.stdout

@@ -24,9 +24,14 @@ import re
 
 
 class LazyPattern(object):
-    """``re.compile(pattern, flags)``, done on the first call of a pattern method."""
+    """``re.compile(pattern, flags)``, done on the first call of a pattern method.
 
-    __slots__ = ("_source", "_flags", "_compiled")
+    The first call of a method also stores the compiled pattern's own (C) method on the instance, where it shadows
+    the class's: every later call goes straight to ``re``, with no Python frame of this class in between (the
+    readiness agent makes a few thousand matches a run)."""
+
+    __slots__ = ("_source", "_flags", "_compiled", "match", "fullmatch", "search", "finditer", "findall", "sub",
+                 "subn", "split")
 
     def __init__(self, pattern, flags=0):
         self._source = pattern
@@ -38,6 +43,18 @@ class LazyPattern(object):
         if self._compiled is None:
             self._compiled = re.compile(self._source, self._flags)
         return self._compiled
+
+    def _bound(self, name):
+        """The compiled pattern's method ``name``, kept on this instance from now on."""
+        method = getattr(self.compiled(), name)
+        setattr(self, name, method)
+        return method
+
+    def __getattr__(self, name):
+        # only for an attribute not found the usual way: a pattern method not called yet
+        if name in _METHODS:
+            return _FirstCall(self, name)
+        raise AttributeError("%r object has no attribute %r" % (type(self).__name__, name))
 
     @property
     def pattern(self):
@@ -55,32 +72,25 @@ class LazyPattern(object):
     def groupindex(self):
         return self.compiled().groupindex
 
-    def match(self, *args, **kwargs):
-        return self.compiled().match(*args, **kwargs)
-
-    def fullmatch(self, *args, **kwargs):
-        return self.compiled().fullmatch(*args, **kwargs)
-
-    def search(self, *args, **kwargs):
-        return self.compiled().search(*args, **kwargs)
-
-    def finditer(self, *args, **kwargs):
-        return self.compiled().finditer(*args, **kwargs)
-
-    def findall(self, *args, **kwargs):
-        return self.compiled().findall(*args, **kwargs)
-
-    def sub(self, *args, **kwargs):
-        return self.compiled().sub(*args, **kwargs)
-
-    def subn(self, *args, **kwargs):
-        return self.compiled().subn(*args, **kwargs)
-
-    def split(self, *args, **kwargs):
-        return self.compiled().split(*args, **kwargs)
-
     def __repr__(self):
         return "lazy_compile(%r%s)" % (self._source, ", %r" % self._flags if self._flags else "")
+
+
+_METHODS = frozenset(("match", "fullmatch", "search", "finditer", "findall", "sub", "subn", "split"))
+
+
+class _FirstCall(object):
+    """``pattern.method`` before the pattern is compiled: calling it compiles the pattern (a wrong one raises
+    ``re.error`` here, as ``re.compile`` would) and calls the compiled method."""
+
+    __slots__ = ("_lazy", "_name")
+
+    def __init__(self, lazy, name):
+        self._lazy = lazy
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        return self._lazy._bound(self._name)(*args, **kwargs)  # pylint: disable=protected-access
 
 
 def lazy_compile(pattern, flags=0):

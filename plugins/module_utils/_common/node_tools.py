@@ -31,10 +31,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import os
 import signal
 import subprocess
-import tempfile
 import time
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
@@ -220,6 +220,51 @@ def find_tool(name, path_dirs=None):
     return None
 
 
+# Temporary files without the tempfile module: importing it loads shutil, bz2, lzma, random and weakref (about a
+# fifth of the readiness agent's imports, issue #32), and the runner only needs the two calls below.  Where the
+# short path is refused, tempfile itself does the work, with its own search for a usable folder.
+_TMPDIR_VARIABLES = ("TMPDIR", "TEMP", "TMP")
+
+
+def _temporary_dir():
+    """The folder tempfile.gettempdir() tries first: $TMPDIR, $TEMP, $TMP, else /tmp."""
+    for name in _TMPDIR_VARIABLES:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return "/tmp"
+
+
+def temporary_file():
+    """An anonymous read-write binary file, deleted when closed: ``tempfile.TemporaryFile()``.
+
+    Linux's O_TMPFILE (what tempfile.TemporaryFile uses there too) in the first folder tempfile would try; anywhere
+    that is refused (no O_TMPFILE, the folder missing or not writable), tempfile.TemporaryFile() itself."""
+    flags = getattr(os, "O_TMPFILE", 0)
+    if flags:
+        try:
+            handle = os.open(_temporary_dir(), flags | os.O_RDWR | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError:
+            pass
+        else:
+            return os.fdopen(handle, "w+b")
+    import tempfile  # pylint: disable=import-outside-toplevel
+    return tempfile.TemporaryFile()
+
+
+def make_temporary(directory, prefix, suffix):
+    """``(fd, absolute path)`` of a new file only this user may read and write in ``directory``, named
+    ``prefix + random + suffix``: ``tempfile.mkstemp(prefix=, suffix=, dir=)`` (O_EXCL, never through a link)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    for _attempt in range(100):
+        path = os.path.join(directory, prefix + os.urandom(6).hex() + suffix)
+        try:
+            return os.open(path, flags, 0o600), os.path.abspath(path)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name in %s" % directory)
+
+
 def _read_capped(handle, limit):
     handle.seek(0)
     data = handle.read(limit + 1)
@@ -249,7 +294,7 @@ def run_process(argv, timeout, env_update=None, max_bytes=None):
     if env_update:
         env.update(env_update)
     started = time.time()
-    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+    with temporary_file() as out_file, temporary_file() as err_file:
         proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
             argv, stdin=subprocess.DEVNULL, stdout=out_file, stderr=err_file, env=env,
             close_fds=True, start_new_session=True)

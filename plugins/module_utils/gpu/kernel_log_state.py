@@ -45,7 +45,6 @@ __metaclass__ = type
 import json
 import os
 import re
-import tempfile
 import time
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
@@ -191,7 +190,7 @@ def save_state(path, state):
     directory, name = os.path.split(path)
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
-    handle, temp_path = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=directory)
+    handle, temp_path = node_tools.make_temporary(directory, "." + name + ".", ".tmp")
     try:
         with os.fdopen(handle, "w") as stream:
             # json.dumps, not json.dump: dump encodes in pure Python, dumps with the C encoder (the same text,

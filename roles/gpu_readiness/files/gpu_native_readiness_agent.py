@@ -130,10 +130,10 @@ class MetricSet(object):
 
 def write_atomically(directory, file_name, content):
     """Write ``content`` to ``directory/file_name`` through a temporary file and a rename."""
-    import tempfile  # loaded by the runner (node_tools) in a run; not needed by the CUDA probe child
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
-    handle, temp_path = tempfile.mkstemp(prefix="." + file_name + ".", suffix=".tmp", dir=directory)
+    # tempfile.mkstemp without importing tempfile (shutil, bz2, lzma, random: issue #32)
+    handle, temp_path = node_tools().make_temporary(directory, "." + file_name + ".", ".tmp")
     try:
         with os.fdopen(handle, "w") as stream:
             stream.write(content)
@@ -181,10 +181,23 @@ def cuda_probe(library):
     return 0
 
 
+#: The launcher the role installs next to the agent (what the unit starts).
+LAUNCHER = "gpu_native_readiness_run.py"
+
+
+def probe_script():
+    """The script the CUDA probe child runs: the launcher next to the agent, which imports the agent from its
+    compiled bytecode (started as a script, the agent would be compiled again in every run's child), else the agent
+    itself."""
+    agent = os.path.abspath(__file__)
+    launcher = os.path.join(os.path.dirname(agent), LAUNCHER)
+    return launcher if os.path.isfile(launcher) else agent
+
+
 def check_cuda(library):
     # the child runs with the agent's own interpreter flags (-I -S under the unit): no site-packages to load
     flags = (["-I"] if sys.flags.isolated else []) + (["-S"] if sys.flags.no_site else [])
-    rc, _out, _err = run_command([sys.executable] + flags + [os.path.abspath(__file__), "--cuda-probe", library],
+    rc, _out, _err = run_command([sys.executable] + flags + [probe_script(), "--cuda-probe", library],
                                  timeout=PROBE_TIMEOUT_S)
     return rc == 0
 

@@ -48,6 +48,19 @@ def test_same_results_as_re(method, args):
         == [m.span() for m in re.compile(source, flags).finditer(args[-1] if isinstance(args[-1], str) else args[0])]
 
 
+def test_after_the_first_call_the_method_is_res_own():
+    """No Python frame between a caller and re once a method was used (thousands of matches a run)."""
+    pattern = lazy_compile(r"xid\s(\d+)")
+    first = pattern.search
+    assert first("NVRM: xid 79").group(1) == "79"
+    assert pattern.search == pattern.compiled().search
+    assert type(pattern.search) is type(re.compile("x").search)
+    assert first("xid 13").group(1) == "13"  # a method taken before the first call still works
+    assert pattern.match("xid 5").group(1) == "5" and pattern.match == pattern.compiled().match
+    with pytest.raises(AttributeError):
+        pattern.no_such_method  # noqa: B018 pylint: disable=pointless-statement
+
+
 def test_a_wrong_pattern_fails_on_first_use_as_re_compile_does():
     pattern = lazy_compile(r"(unclosed")
     with pytest.raises(re.error):

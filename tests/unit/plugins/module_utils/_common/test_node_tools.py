@@ -1,4 +1,5 @@
 """The shared runner: each distinct failure is its own status, live and replayed."""
+import os
 import stat
 import time
 
@@ -134,3 +135,79 @@ def test_an_overall_deadline_bounds_each_call_and_then_stops_running():
                                            node_tools.TIMEOUT]
     assert given == [30, 30, 10]  # nvidia-smi's own 30 s, then only what is left of the 60 s
     assert results[3].message == "nvidia-smi not run: the task's overall deadline passed."
+
+
+# -- temporary files without the tempfile module (issue #32: the readiness agent's imports) ----------------------
+def test_temporary_file_is_anonymous_in_the_first_tmpdir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with node_tools.temporary_file() as handle:
+        handle.write(b"out\x00put")
+        handle.seek(0)
+        assert handle.read() == b"out\x00put"
+        assert "b" in handle.mode and "+" in handle.mode
+        assert os.listdir(str(tmp_path)) == []  # O_TMPFILE: no name, nothing left behind
+        assert os.fstat(handle.fileno()).st_dev == os.stat(str(tmp_path)).st_dev
+        assert not os.get_inheritable(handle.fileno())
+
+
+def test_temporary_file_falls_back_to_tempfile_where_the_folder_is_refused(tmp_path, monkeypatch):
+    import tempfile
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+    calls = []
+    original = tempfile.TemporaryFile
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda: calls.append(1) or original(dir=str(tmp_path)))
+    with node_tools.temporary_file() as handle:
+        handle.write(b"x")
+        handle.seek(0)
+        assert handle.read() == b"x"
+    assert calls == [1]
+
+
+def test_run_process_output_through_the_temporary_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    rc, out, err, timed_out, truncated, _duration = node_tools.run_process(
+        ["sh", "-c", "printf out; printf err >&2"], 10)
+    assert (rc, out, err, timed_out, truncated) == (0, b"out", b"err", False, False)
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_make_temporary_is_mkstemp(tmp_path):
+    handle, path = node_tools.make_temporary(str(tmp_path), ".metrics.prom.", ".tmp")
+    try:
+        assert os.path.isabs(path) and os.path.dirname(path) == str(tmp_path)
+        name = os.path.basename(path)
+        assert name.startswith(".metrics.prom.") and name.endswith(".tmp") and len(name) > len(".metrics.prom..tmp")
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert not os.get_inheritable(handle)
+        os.write(handle, b"data")
+    finally:
+        os.close(handle)
+    with open(path, "rb") as stream:
+        assert stream.read() == b"data"
+    other, other_path = node_tools.make_temporary(str(tmp_path), ".metrics.prom.", ".tmp")
+    os.close(other)
+    assert other_path != path
+
+
+def test_make_temporary_never_reuses_or_follows_an_existing_name(tmp_path, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    names = iter([b"\x00" * 6, b"\x00" * 6, b"\x01" * 6])
+    monkeypatch.setattr(node_tools.os, "urandom", lambda size: next(names))
+    os.symlink(str(victim), str(tmp_path / (".f." + "00" * 6 + ".tmp")))
+    handle, path = node_tools.make_temporary(str(tmp_path), ".f.", ".tmp")
+    os.close(handle)
+    assert os.path.basename(path) == ".f." + "01" * 6 + ".tmp"
+    assert victim.read_text() == "keep"
+
+
+def test_importing_node_tools_does_not_import_tempfile():
+    import subprocess
+    import sys
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools; "
+            "print(' '.join(n for n in ('tempfile', 'shutil', 'random', 'bz2', 'lzma') if n in sys.modules))")
+    collections = os.path.abspath(node_tools.__file__).split(os.sep + "ansible_collections" + os.sep)[0]
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, collections], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == ""
