@@ -2,8 +2,9 @@
 # Prepare this Debian machine to run the test suites (idempotent, needs root):
 # Debian packages for podman test hosts (plus shellcheck for sanity and
 # promtool for the alert-rule tests, rpm as the reference for the version
-# rules, chromium to render the preflight report page in tests/integration/test_preflight_report_chromium.py;
-# about 21 s to install here, --no-install-recommends), apt lists (the dpkg reference test draws versions from them), and the podman configuration that
+# rules, chromium for the preflight report page in tests/integration/test_preflight_report_chromium.py:
+# about 21 s to install, --no-install-recommends), apt lists (the dpkg reference test draws versions from them),
+# and the podman configuration that
 # works on hosts with hybrid cgroups (runc + cgroupfs) and tight rlimits.
 set -euo pipefail
 
