@@ -206,9 +206,9 @@ def preflight():
         _panel(lay, "barchart", "Failures by gate", [
             _target("count by (gate) (gpu_native_preflight_gate_passed == 0)", "{{gate}}", instant=True,
                     table=True)], w=12, h=8),
-        _panel(lay, "barchart", "Readiness alerts firing by alert", [
-            _target('count by (alertname) (ALERTS{alertname=~"GpuNative.*",alertstate="firing"})',
-                    "{{alertname}}", instant=True, table=True)], w=12, h=8,
+        _panel(lay, "barchart", "Readiness alerts firing by alert", [_target(
+            'count by (alertname) (ALERTS{alertname=~"GpuNative.*",alertstate="firing"})', "{{alertname}}",
+            instant=True, table=True)], w=12, h=8,
             description="The readiness checks the compliance playbook also reads, as alerts over the fleet."),
         _panel(lay, "timeseries", "Gate durations over the fleet", [
             _target("max by (gate) (gpu_native_preflight_gate_duration_seconds)", "{{gate}}")], w=24, h=8,

@@ -163,8 +163,8 @@ def preflight_report_html(rows, title="GPU preflight", label_key=DEFAULT_LABEL_K
         "<title>", _h(title, 200), "</title><style>", style, "</style></head><body><h1>", _h(title, 200), "</h1>",
         "<p>%s</p>" % _h(generated, 200) if generated else "",
         '<p class="sum"><span>%d node(s)</span><span>%d passed</span><span>%d failed</span>'
-        "<span>%d without a verdict</span></p>" % (len(nodes), counts["passed"], counts["failed"] + counts["error"],
-                                                  counts["no verdict"]),
+        "<span>%d without a verdict</span></p>" % (
+            len(nodes), counts["passed"], counts["failed"] + counts["error"], counts["no verdict"]),
         "<h2>Node x gate</h2><table><thead><tr><th>node</th>", head,
         "<th>verdict</th><th>time</th><th>labelled</th></tr></thead><tbody>", "".join(matrix), "</tbody></table>",
         truncated,

@@ -28,8 +28,8 @@ CHROMIUM = shutil.which("chromium")
 OUTPUT = os.path.join(REPO_ROOT, "tests", "output", "preflight-report")
 FAIL_RED = (0xc6, 0x28, 0x28)
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (tests/tools/setup-host.sh "
-                                                          "installs Debian's chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (tests/tools/setup-host.sh installs Debian's chromium)")
 
 
 def chromium(tmp_path, *args):
