@@ -46,9 +46,9 @@ def inventory(tmp_path):
     return str(path)
 
 
-def run(run_playbook, tmp_path, **variables):
+def run(run_playbook, tmp_path, env=None, **variables):
     args = ["-i", inventory(tmp_path), "-e", json.dumps(variables)]
-    result = run_playbook(SETUP % PLAYBOOK, None, args, {"ANSIBLE_SHOW_CUSTOM_STATS": "true"})
+    result = run_playbook(SETUP % PLAYBOOK, None, args, dict({"ANSIBLE_SHOW_CUSTOM_STATS": "true"}, **(env or {})))
     assert result.returncode == 0, result.stdout[-4000:]
     return result.stdout
 
@@ -72,3 +72,8 @@ def test_the_summary_writes_the_report_page(run_playbook, tmp_path):
 def test_an_empty_report_dir_writes_no_page(run_playbook, tmp_path):
     out = run(run_playbook, tmp_path, preflight_report_dir="")
     assert "Report page:" not in out and re.search(r"Write the report page\] \*+\nskipping", out)
+
+
+def test_the_default_folder_is_where_ansible_playbook_started(run_playbook, tmp_path):
+    run(run_playbook, tmp_path, env={"PWD": str(tmp_path)})
+    assert "<tr><td>gpu-bad-02</td>" in (tmp_path / "preflight-reports" / "preflight.html").read_text()
