@@ -99,6 +99,8 @@ sed "s#REPO#$repo#g" molecule/onboard/files/compliance-inventory.yml > "$repo/.c
 python3 tools/fleet_report.py -i "$repo/.cache/demo/inventory.yml" --html "$reports/fleet.html" \
   --json "$reports/fleet.json" --junit "$reports/fleet-junit.xml" || true
 echo "   reports: $reports/fleet.html (open it in a browser), fleet.json, fleet-junit.xml"
+echo "   onboarding report page: $repo/.cache/demo/onboarding.html (node x gate matrix, reasons, labels)"
+echo "   Grafana dashboards: $repo/roles/gpu_readiness/files/dashboards/*.json (docs/dashboards.md)"
 echo "== done in $(( $(date +%s) - start ))s; the GPUs above were simulated from real captures."
 echo "   Look around: KUBECONFIG=$kubeconfig, podman exec -it gn-onboard-a40-err nvidia-smi"
 echo "   Remove it all: make demo-clean"

@@ -2,11 +2,13 @@
 # Prepare this Debian machine to run the test suites (idempotent, needs root):
 # Debian packages for podman test hosts (plus shellcheck for sanity and
 # promtool for the alert-rule tests, rpm as the reference for the version
-# rules), apt lists (the dpkg reference test draws versions from them), and the podman configuration that
+# rules, chromium for the preflight report page in tests/integration/test_preflight_report_chromium.py:
+# about 21 s to install, --no-install-recommends), apt lists (the dpkg reference test draws versions from them),
+# and the podman configuration that
 # works on hosts with hybrid cgroups (runc + cgroupfs) and tight rlimits.
 set -euo pipefail
 
-packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck prometheus gcc libc6-dev rpm)
+packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs git rsync make python3-venv gnupg shellcheck prometheus gcc libc6-dev rpm chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -53,7 +53,8 @@ def test_agent_run_succeeds_and_rewrites_file_atomically(host):
     after = read_metrics(host)["gpu_native_readiness_agent_last_run_ts_seconds"][0][1]
     assert after > before
     listing = host.run("ls -A /var/lib/prometheus/node-exporter").stdout.split()
-    assert listing == ["gpu_native_readiness.prom"]  # no temporary file left behind
+    # no temporary file left behind (converge wrote the preflight's file, for the dashboards)
+    assert listing == ["gpu_native_preflight.prom", "gpu_native_readiness.prom"]
     assert host.file(METRICS).mode == 0o644
 
 

@@ -66,8 +66,10 @@ def test_node_exporter_serves_every_agent_series(host):
     missing = sorted(key for key in written if key not in scraped)
     assert not missing, "node_exporter dropped %s" % missing
     assert all(name.startswith("gpu_native_") for name, _labels in written)
-    # node_exporter serves nothing gpu_native_* the agent did not write (no stale second file)
-    assert set(k for k in scraped if k[0].startswith("gpu_native_")) == set(written)
+    # node_exporter serves nothing gpu_native_* the agent did not write (no stale second file); converge also wrote
+    # a preflight textfile (gpu_native_preflight_*, for the dashboards)
+    assert set(k for k in scraped if k[0].startswith("gpu_native_")
+               and not k[0].startswith("gpu_native_preflight_")) == set(written)
     assert scraped[("node_textfile_scrape_error", frozenset())] == 0
 
 
