@@ -34,8 +34,8 @@ def dra_kubernetes_gate(device_plugin_gate, mode="device_plugin", node=None, dra
     """
     gate = to_plain(device_plugin_gate or {})
     if not isinstance(gate, dict):
-        raise AnsibleFilterError("dra_kubernetes_gate: the input must be preflight_kubernetes_gate's result, got %s"
-                                 % type(gate).__name__)
+        raise AnsibleFilterError("dra_kubernetes_gate: the input must be preflight_kubernetes_gate's result, got %s. "
+                                 "Fix: pipe the kubernetes gate's result into it" % type(gate).__name__)
     mode = to_plain(mode)
     if mode not in dra.MODES:
         raise AnsibleFilterError("dra_kubernetes_gate: gpu_native_allocation is %r. Fix: set it to one of %s"
@@ -48,7 +48,8 @@ def dra_kubernetes_gate(device_plugin_gate, mode="device_plugin", node=None, dra
                                  % (", ".join(DRA_KEYS), sorted(inputs) if isinstance(inputs, dict) else inputs))
     node = to_plain(node or {})
     if not isinstance(node, dict):
-        raise AnsibleFilterError("dra_kubernetes_gate: node must be the Node object, got %s" % type(node).__name__)
+        raise AnsibleFilterError("dra_kubernetes_gate: node must be the Node object, got %s. "
+                                 "Fix: pass the k8s_info resource of the Node" % type(node).__name__)
     node_name = str((node.get("metadata") or {}).get("name") or "")
     if inputs.get("read_error"):
         if mode == dra.MODE_AUTO:
