@@ -13,7 +13,7 @@ from ansible_collections.gpu_native.fleet.plugins.plugin_utils import dra
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 
 DRA_KEYS = ("slices", "device_classes", "plugin_pods", "nvidia_smi_list", "gpus", "driver_version",
-            "required_classes", "read_error")
+            "required_classes", "read_error", "nvidia_smi_error")
 
 
 def _list(value, what):
@@ -77,6 +77,10 @@ def dra_kubernetes_gate(device_plugin_gate, mode="device_plugin", node=None, dra
     except dra.DraError as exc:
         raise AnsibleFilterError("dra_kubernetes_gate: %s. Fix: pass the k8s_info resources and the nvidia-smi -L "
                                  "output of this node." % exc)
+    if inputs.get("nvidia_smi_error"):
+        reasons = ["nvidia-smi -L failed on the node (%s): its GPUs cannot be compared with the slices"
+                   % str(inputs["nvidia_smi_error"])[:200]] + list(reasons)
+        status = dra.FAIL
     details["expected_from"] = "ResourceSlices of %s against nvidia-smi -L" % dra.DRIVER
     if mode == dra.MODE_AUTO:
         details["allocation_mode_from"] = "auto: the node has ResourceSlices of %s" % dra.DRIVER

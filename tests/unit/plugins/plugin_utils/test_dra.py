@@ -227,3 +227,8 @@ def test_filter_read_error():
 def test_filter_refuses_bad_input(mode, inputs):
     with pytest.raises(AnsibleFilterError):
         dra_kubernetes_gate(DP_GATE, mode, NODE_OBJ, inputs)
+
+
+def test_filter_nvidia_smi_error_fails_the_gate():
+    result = dra_kubernetes_gate(DP_GATE, "dra", NODE_OBJ, dict(INPUTS, nvidia_smi_error="NVIDIA-SMI has failed"))
+    assert result["status"] == "fail" and result["reasons"][0].startswith("nvidia-smi -L failed on the node")
