@@ -87,6 +87,41 @@ def dra_kubernetes_gate(device_plugin_gate, mode="device_plugin", node=None, dra
     return {"status": status, "reasons": reasons, "details": details}
 
 
+def dra_compliance(slices_result, mode="dra", node_result=None, smi_result=None, node_name=None):
+    """The ``dra`` compliance row ``{check, status, expected, actual, items}`` from the registered results of
+    k8s_info (ResourceSlices), k8s_info (Node) and ``nvidia-smi -L``; a read that failed is an ``error`` row."""
+    mode = to_plain(mode)
+    if mode not in dra.MODES:
+        raise AnsibleFilterError("dra_compliance: gpu_native_allocation is %r. Fix: set it to one of %s"
+                                 % (mode, ", ".join(dra.MODES)))
+    row = {"check": "dra", "status": "error", "expected": "the node's ResourceSlices of %s" % dra.DRIVER,
+           "actual": None, "items": []}
+    slices_result, node_result, smi_result = (to_plain(x) if isinstance(x, dict) else {} for x in
+                                              (slices_result, node_result, smi_result))
+    nodes = node_result.get("resources") if isinstance(node_result.get("resources"), list) else []
+    node = nodes[0] if nodes and isinstance(nodes[0], dict) else {}
+    name = str(node_name or (node.get("metadata") or {}).get("name") or "") if isinstance(node.get("metadata", {}),
+                                                                                         dict) else str(node_name)
+    slices = slices_result.get("resources")
+    if slices_result.get("failed") or not isinstance(slices, list) or not slices_result.get("api_found", True):
+        row["actual"] = "the ResourceSlices could not be read: %s. Fix: check that the cluster serves " \
+            "resource.k8s.io/v1 and the compliance ClusterRole (rbac/compliance.yml)" % str(
+                slices_result.get("msg") or "no resources")[:300]
+        return row
+    if smi_result.get("unreachable") or smi_result.get("rc", 1) != 0:
+        row["actual"] = "nvidia-smi -L failed on the node: %s" % str(smi_result.get("stderr") or
+                                                                       smi_result.get("msg") or "no output")[:300]
+        return row
+    try:
+        status, expected, actual, items = dra.compliance_check(name, node, [s for s in slices if isinstance(s, dict)],
+                                                               smi_result.get("stdout"), mode)
+    except dra.DraError as exc:
+        row["actual"] = "%s. Fix: check nvidia-smi -L on the node and the node's ResourceSlices" % exc
+        return row
+    row.update(status=status, expected=expected, actual=actual, items=items)
+    return row
+
+
 def _with_mode(gate, mode):
     result = dict(gate)
     result["details"] = dict(result.get("details") or {})
@@ -98,4 +133,4 @@ class FilterModule(object):
     """gpu_native.fleet DRA filters."""
 
     def filters(self):
-        return {"dra_kubernetes_gate": dra_kubernetes_gate}
+        return {"dra_kubernetes_gate": dra_kubernetes_gate, "dra_compliance": dra_compliance}

@@ -298,7 +298,7 @@ def resolve_mode(mode, slices, node_name):
 
 
 def judge(node_name, node, slices, device_classes, plugin_pods, gpus, driver_version=None, mig_enabled=None,
-          required_classes=None):
+          required_classes=None, cluster=True):
     """The kubernetes gate of a DRA node: ``(status, reasons, details)``.
 
     ``node``: the Node object (its allocatable, for double exposure); ``slices``: ResourceSlices (any node,
@@ -306,6 +306,7 @@ def judge(node_name, node, slices, device_classes, plugin_pods, gpus, driver_ver
     kubelet-plugin pods on the node; ``gpus``: ``parse_smi_list`` entries; ``driver_version``: the node's
     NVIDIA driver; ``mig_enabled``: ``{uuid: bool}``; ``required_classes``: DeviceClass names that must exist
     beyond the ones the node's devices need (gpu.nvidia.com for full GPUs, mig.nvidia.com for MIG devices).
+    ``cluster=False`` leaves out the DeviceClasses and the plugin pods (the compliance check reads slices only).
     """
     reasons = []
     mine = node_slices(slices, node_name)
@@ -329,8 +330,9 @@ def judge(node_name, node, slices, device_classes, plugin_pods, gpus, driver_ver
         current.extend(pool["current"])
     if mine:
         reasons.extend(_compare(published_devices(current), expected, driver_version, details))
-    reasons.extend(_classes(device_classes, expected, required_classes, details))
-    reasons.extend(_plugin_pods(plugin_pods, details))
+    if cluster:
+        reasons.extend(_classes(device_classes, expected, required_classes, details))
+        reasons.extend(_plugin_pods(plugin_pods, details))
     exposed = double_exposure(node)
     details["device_plugin_allocatable"] = exposed
     if exposed and (mine or expected["gpus"] or expected["migs"]):
@@ -425,3 +427,21 @@ def _plugin_pods(pods, details):
             "%s %s" % (_name(pod), (pod.get("status") or {}).get("phase") if isinstance(pod.get("status"), dict)
                        else None) for pod in pods[:3])]
     return []
+
+
+def compliance_check(node_name, node, slices, smi_text, mode=MODE_DRA):
+    """The ``dra`` compliance row's ``(status, expected, actual, items)``: the node's slices present and complete,
+    their devices agreeing with ``nvidia-smi -L`` (UUIDs, products, MIG profiles), no double exposure.  ``auto``
+    with no slice for the node is a ``skip`` (a device-plugin node)."""
+    expected = "ResourceSlices of %s for node %s complete, one device per GPU/MIG device of nvidia-smi -L, no " \
+               "device-plugin allocatable" % (DRIVER, node_name)
+    if resolve_mode(mode, slices, node_name) == MODE_DEVICE_PLUGIN:
+        return "skip", expected, "no ResourceSlice of %s for the node (allocation mode %s: a device-plugin node)" \
+            % (DRIVER, mode), []
+    status, reasons, details = judge(node_name, node, slices, [], [], parse_smi_list(smi_text), cluster=False)
+    if status == PASS:
+        published = details.get("published") or {}
+        return "pass", expected, "%d ResourceSlice(s), %d GPU(s), MIG %s" % (
+            details["slices"], published.get("gpus", 0),
+            ", ".join("%s x%d" % (k, v) for k, v in sorted((published.get("migs") or {}).items())) or "none"), []
+    return "fail", expected, "; ".join(reasons[:5]), reasons

@@ -18,7 +18,7 @@ from ansible_collections.gpu_native.fleet.plugins.plugin_utils import dra
 
 from _bounds import assert_effort_within, effort
 
-FUZZ_TARGETS = ("dra_kubernetes_gate",)
+FUZZ_TARGETS = ("dra_kubernetes_gate", "dra_compliance")
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12), st.sampled_from(
     ["gpu.nvidia.com", "gpu-node-1", "gpu", "mig", "1g.5gb", "GPU-1", "MIG-1", "Running", "True", "Ready", "1", "0",
@@ -91,3 +91,15 @@ def test_the_gate_on_slice_shaped_input(mode, slices, smi, pods, allocatable):
         return
     if result["details"].get("allocation_mode") == dra.MODE_DRA:
         assert (result["status"] == "fail") == bool(result["reasons"])
+
+
+@given(st.one_of(VALUES, st.fixed_dictionaries({"resources": st.one_of(SLICES, VALUES)})), MODES, VALUES,
+       st.one_of(VALUES, st.fixed_dictionaries({"rc": st.one_of(st.just(0), SCALARS), "stdout": SMI})), SCALARS)
+def test_the_compliance_row_is_always_a_row(slices, mode, node, smi, name):
+    try:
+        row = dra_filter.dra_compliance(slices, mode, node, smi, name)
+    except AnsibleFilterError as exc:
+        assert "Fix" in str(exc)
+        return
+    assert row["check"] == "dra" and row["status"] in ("pass", "fail", "error", "skip")
+    assert row["status"] == "pass" or row["actual"]

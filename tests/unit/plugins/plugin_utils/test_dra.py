@@ -232,3 +232,30 @@ def test_filter_refuses_bad_input(mode, inputs):
 def test_filter_nvidia_smi_error_fails_the_gate():
     result = dra_kubernetes_gate(DP_GATE, "dra", NODE_OBJ, dict(INPUTS, nvidia_smi_error="NVIDIA-SMI has failed"))
     assert result["status"] == "fail" and result["reasons"][0].startswith("nvidia-smi -L failed on the node")
+
+
+# --- the dra compliance check -----------------------------------------------------------------------------------
+from ansible_collections.gpu_native.fleet.plugins.filter.dra import dra_compliance  # noqa: E402
+
+SMI_OK = {"rc": 0, "stdout": SMI_GPU}
+NODE_RESULT = {"resources": [NODE_OBJ]}
+
+
+def test_compliance_pass_and_fail():
+    row = dra_compliance({"resources": [slice_for()], "api_found": True}, "dra", NODE_RESULT, SMI_OK)
+    assert (row["check"], row["status"]) == ("dra", "pass") and "1 GPU(s)" in row["actual"]
+    exposed = {"resources": [{"metadata": {"name": NODE}, "status": {"allocatable": {"nvidia.com/gpu": "1"}}}]}
+    row = dra_compliance({"resources": [slice_for()]}, "dra", exposed, SMI_OK)
+    assert row["status"] == "fail" and row["actual"].startswith("double exposure")
+    row = dra_compliance({"resources": []}, "dra", NODE_RESULT, SMI_OK)
+    assert row["status"] == "fail" and "no ResourceSlice" in row["actual"]
+    incomplete = slice_for()
+    incomplete["spec"]["pool"]["resourceSliceCount"] = 3
+    assert "incomplete" in dra_compliance({"resources": [incomplete]}, "dra", NODE_RESULT, SMI_OK)["actual"]
+
+
+def test_compliance_auto_without_slices_is_a_skip_and_errors_are_errors():
+    assert dra_compliance({"resources": []}, "auto", NODE_RESULT, SMI_OK)["status"] == "skip"
+    assert dra_compliance({"failed": True, "msg": "403"}, "dra", NODE_RESULT, SMI_OK)["status"] == "error"
+    assert dra_compliance({"resources": [], "api_found": False}, "dra", NODE_RESULT, SMI_OK)["status"] == "error"
+    assert dra_compliance({"resources": [slice_for()]}, "dra", NODE_RESULT, {"rc": 9})["status"] == "error"
