@@ -158,3 +158,57 @@ def test_each_broken_dra_node_fails_with_its_reason(kube_cluster, kube_namespace
     result = gate(kube_cluster, kube_namespace, node, smi_text=smi)
     assert result["status"] == "fail", (case, result)
     assert any(expected in reason for reason in result["reasons"]), (case, result["reasons"])
+
+
+# --- the claim guardrails (gpu_policies_dra_claims) on the real API server's ValidatingAdmissionPolicy ------------
+def test_the_claim_guardrails_on_the_real_api_server(kube_cluster):
+    """The table of tests/gpu_policy_cases.py (CLAIM_CASES), each claim created in fresh namespaces standing for the
+    table's ones; the namespaces carry resource.k8s.io/admin-access=true, so that the API's own adminAccess check
+    lets the claims through and a refusal is the policy's."""
+    from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import render_claim_policy_objects
+    from gpu_policy_cases import CLAIM_ADMIN_NAMESPACES, CLAIM_CASES, CLAIM_CLASS_NAMESPACES
+
+    roles_vars = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "gpu_policies", "vars", "main.yml")
+    with open(roles_vars, encoding="utf-8") as handle:
+        claim_cel = yaml.safe_load(handle)["__gpu_policies_claim_cel"]
+    suffix = secrets.token_hex(3)
+    names = {ns: "%s-%s" % (ns, suffix) for ns in ("training", "inference", "web", "kube-system")}
+    for real in names.values():
+        kube_cluster.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": real, "labels": {"resource.k8s.io/admin-access": "true"}}})
+    policy, binding = render_claim_policy_objects(
+        claim_cel, "vap", name="gpu-claim-guardrails-" + suffix,
+        class_namespaces=dict((cls, [names[ns] for ns in nss]) for cls, nss in CLAIM_CLASS_NAMESPACES.items()),
+        admin_namespaces=[names[ns] for ns in CLAIM_ADMIN_NAMESPACES])
+    # bound to this test's namespaces only (other tests' claims are not judged)
+    binding["spec"]["matchResources"] = {"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(names.values())}]}}
+    admission = "/apis/admissionregistration.k8s.io/v1/"
+    kube_cluster.api("POST", admission + "validatingadmissionpolicies", policy)
+    kube_cluster.api("POST", admission + "validatingadmissionpolicybindings", binding)
+
+    def create(obj, name):
+        obj = copy.deepcopy(obj)
+        ns = names[obj["metadata"]["namespace"]]
+        obj["metadata"].update(namespace=ns, name=name)
+        plural = "resourceclaimtemplates" if obj["kind"] == "ResourceClaimTemplate" else "resourceclaims"
+        return kube_cluster.request("POST", "/apis/resource.k8s.io/v1/namespaces/%s/%s" % (ns, plural), obj)
+
+    try:
+        refused = next(case for case in CLAIM_CASES if case[2])
+        kube_cluster.wait_for("the claim policy to refuse claims", lambda: create(
+            refused[1], "probe-%s" % secrets.token_hex(3))[0] == 422, timeout=60, interval=0.5)
+        for index, (case_id, obj, expected) in enumerate(CLAIM_CASES):
+            status, answer = create(obj, "c%d" % index)
+            if expected is None:
+                assert status == 201, (case_id, answer)
+            else:
+                for table, real in names.items():
+                    expected = expected.replace("namespace " + table + ")", "namespace " + real + ")")
+                assert status == 422, (case_id, answer)
+                assert expected in answer["message"], (case_id, answer["message"])
+    finally:
+        kube_cluster.request("DELETE", admission + "validatingadmissionpolicybindings/" + binding["metadata"]["name"])
+        kube_cluster.request("DELETE", admission + "validatingadmissionpolicies/" + policy["metadata"]["name"])
+        for real in names.values():
+            kube_cluster.delete_namespace(real)
