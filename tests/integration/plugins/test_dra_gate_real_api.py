@@ -212,3 +212,34 @@ def test_the_claim_guardrails_on_the_real_api_server(kube_cluster):
         kube_cluster.request("DELETE", admission + "validatingadmissionpolicies/" + policy["metadata"]["name"])
         for real in names.values():
             kube_cluster.delete_namespace(real)
+
+
+# --- the preflight role's kubernetes gate under gpu_native_allocation=dra, as the onboarding job ------------------
+PLAY = """
+- name: Preflight, the kubernetes gate only
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - gpu_native.fleet.preflight
+"""
+
+
+@pytest.mark.parametrize("allocatable, expected", [
+    ("0", "PASSED (kubernetes=pass)"),
+    ("1", "FAILED (kubernetes=fail): kubernetes: double exposure: the node's allocatable offers nvidia.com/gpu: 1"),
+])
+def test_the_preflight_role_judges_a_dra_node(kube_cluster, kube_namespace, kube_job_kubeconfig, dra_node,
+                                              run_playbook, tmp_path, allocatable, expected):
+    import json
+    node = dra_node(allocatable_gpus=allocatable)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && cat <<'X'\n%sX\n" % fixture("nvidia_smi_L_a100_gpu.txt"))
+    smi.chmod(0o755)
+    variables = {"preflight_node_name": node, "preflight_gates": ["kubernetes"], "preflight_metrics_dir": "",
+                 "gpu_native_allocation": "dra", "preflight_nvidia_smi": str(smi),
+                 "preflight_dra_plugin_namespace": kube_namespace}
+    result = run_playbook(PLAY, kubeconfig_path=kube_job_kubeconfig("onboarding"),
+                          args=["-e", json.dumps(variables)])
+    assert result.returncode == 0, result.stdout[-4000:]
+    text = " ".join(result.stdout.split())
+    assert "%s: %s" % (node, expected) in text, result.stdout[-5000:]
