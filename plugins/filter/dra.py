@@ -19,9 +19,9 @@ DRA_KEYS = ("slices", "device_classes", "plugin_pods", "nvidia_smi_list", "gpus"
 def _list(value, what):
     value = to_plain(value if value is not None else [])
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        held = type(value).__name__ if not isinstance(value, list) else "a list holding something else"
         raise AnsibleFilterError("dra_kubernetes_gate: dra.%s must be a list of API objects (k8s_info resources), got "
-                                 "%s. Fix: pass the resources list of the k8s_info result." % (what, type(value).__name__
-                                 if not isinstance(value, list) else "a list holding something else"))
+                                 "%s. Fix: pass the resources list of the k8s_info result." % (what, held))
     return value
 
 
@@ -100,8 +100,8 @@ def dra_compliance(slices_result, mode="dra", node_result=None, smi_result=None,
                                               (slices_result, node_result, smi_result))
     nodes = node_result.get("resources") if isinstance(node_result.get("resources"), list) else []
     node = nodes[0] if nodes and isinstance(nodes[0], dict) else {}
-    name = str(node_name or (node.get("metadata") or {}).get("name") or "") if isinstance(node.get("metadata", {}),
-                                                                                         dict) else str(node_name)
+    metadata = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
+    name = str(node_name or metadata.get("name") or "")
     slices = slices_result.get("resources")
     if slices_result.get("failed") or not isinstance(slices, list) or not slices_result.get("api_found", True):
         row["actual"] = "the ResourceSlices could not be read: %s. Fix: check that the cluster serves " \
@@ -109,8 +109,8 @@ def dra_compliance(slices_result, mode="dra", node_result=None, smi_result=None,
                 slices_result.get("msg") or "no resources")[:300]
         return row
     if smi_result.get("unreachable") or smi_result.get("rc", 1) != 0:
-        row["actual"] = "nvidia-smi -L failed on the node: %s" % str(smi_result.get("stderr") or
-                                                                       smi_result.get("msg") or "no output")[:300]
+        why = smi_result.get("stderr") or smi_result.get("msg") or "no output"
+        row["actual"] = "nvidia-smi -L failed on the node: %s" % str(why)[:300]
         return row
     try:
         status, expected, actual, items = dra.compliance_check(name, node, [s for s in slices if isinstance(s, dict)],

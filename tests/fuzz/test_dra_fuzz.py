@@ -82,10 +82,9 @@ SLICES = st.lists(st.fixed_dictionaries({
 def test_the_gate_on_slice_shaped_input(mode, slices, smi, pods, allocatable):
     node = {"metadata": {"name": "n1"}, "status": {"allocatable": allocatable}}
     try:
-        result = dra_filter.dra_kubernetes_gate({}, mode, node, {"slices": slices, "nvidia_smi_list": smi,
-                                                                  "plugin_pods": [p for p in pods
-                                                                                  if isinstance(p, dict)],
-                                                                  "driver_version": "580.126.20"})
+        inputs = {"slices": slices, "nvidia_smi_list": smi, "plugin_pods": [p for p in pods if isinstance(p, dict)],
+                  "driver_version": "580.126.20"}
+        result = dra_filter.dra_kubernetes_gate({}, mode, node, inputs)
     except AnsibleFilterError as exc:
         assert "Fix" in str(exc)
         return

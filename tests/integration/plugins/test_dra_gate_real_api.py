@@ -94,8 +94,7 @@ def gate(kube_cluster, namespace, node, smi="nvidia_smi_L_a100_gpu.txt", smi_tex
                                                  "driver_version": DRIVER})
 
 
-def test_the_server_serves_the_drivers_objects_and_refuses_the_docs_illustrative_mig_name(kube_cluster,
-                                                                                         device_classes):
+def test_the_server_serves_the_drivers_objects_and_refuses_the_docs_mig_name(kube_cluster, device_classes):
     assert {"gpu.nvidia.com", "mig.nvidia.com"} <= set(device_classes)
     item = yaml.safe_load(fixture("resourceslice_a100_mig.yaml"))
     item["metadata"]["name"] = "docs-name-" + secrets.token_hex(3)

@@ -71,7 +71,7 @@ def test_healthy_mig_node_passes():
 
 
 def test_no_slices_fails():
-    status, reasons, _ = judge([])
+    status, reasons, _details = judge([])
     assert status == "fail"
     assert reasons[0].startswith("no ResourceSlice of driver gpu.nvidia.com for node gpu-node-1")
 
@@ -80,14 +80,14 @@ def test_slices_of_another_node_or_driver_do_not_count():
     other = slice_for(node="gpu-node-2")
     foreign = slice_for()
     foreign["spec"]["driver"] = "gpu.example.com"
-    status, reasons, _ = judge([other, foreign])
+    status, reasons, _details = judge([other, foreign])
     assert status == "fail" and "no ResourceSlice" in reasons[0]
 
 
 def test_incomplete_pool_fails():
     item = slice_for()
     item["spec"]["pool"]["resourceSliceCount"] = 2
-    status, reasons, _ = judge([item])
+    status, reasons, _details = judge([item])
     assert status == "fail"
     assert any("is incomplete: 1 of 2 ResourceSlices at generation 1" in r for r in reasons)
 
@@ -99,14 +99,14 @@ def test_stale_slice_fails_and_its_devices_do_not_count():
     new["metadata"]["name"] = "new"
     new["spec"]["pool"]["generation"] = 2
     new["spec"]["devices"] = []
-    status, reasons, _ = judge([old, new])
+    status, reasons, _details = judge([old, new])
     assert any("stale ResourceSlices from an older generation (old at 1; current 2)" in r for r in reasons)
     assert any("is not published" in r for r in reasons)  # gen-1 devices are ignored
 
 
 def test_one_device_short_fails():
     two = SMI_GPU + "GPU 1: NVIDIA A100-PCIE-40GB (UUID: GPU-00000000-1111-2222-3333-444444444444)\n"
-    status, reasons, _ = judge(smi=two)
+    status, reasons, _details = judge(smi=two)
     assert "the slices publish 1 full GPUs, nvidia-smi shows 2 (MIG off)" in reasons
     assert "GPU GPU-00000000-1111-2222-3333-444444444444 (NVIDIA A100-PCIE-40GB) is not published in a ResourceSlice" \
         in reasons
@@ -114,13 +114,13 @@ def test_one_device_short_fails():
 
 def test_unknown_uuid_fails():
     smi = SMI_GPU.replace(GPU_UUID, "GPU-99999999-5a5f-aa66-7660-471eed407181")
-    status, reasons, _ = judge(smi=smi)
+    status, reasons, _details = judge(smi=smi)
     assert any("publish GPU %s (device gpu-0) that nvidia-smi does not show" % GPU_UUID in r for r in reasons)
 
 
 def test_product_and_driver_mismatch_fail():
     smi = SMI_GPU.replace("A100-PCIE-40GB", "A100-SXM4-40GB")
-    status, reasons, _ = judge(smi=smi, driver="580.126.21")
+    status, reasons, _details = judge(smi=smi, driver="580.126.21")
     assert "GPU %s is published as NVIDIA A100-PCIE-40GB, nvidia-smi says NVIDIA A100-SXM4-40GB" % GPU_UUID in reasons
     assert any("driverVersion 580.126.20, the node's driver is 580.126.21" in r for r in reasons)
 
@@ -133,20 +133,20 @@ def test_driver_version_leading_zeros_are_the_same_version():
 
 def test_mig_profile_mismatch_fails():
     smi = SMI_MIG.replace("1g.5gb ", "2g.10gb")
-    status, reasons, _ = judge([slice_for("resourceslice_a100_mig.yaml")], smi=smi)
+    status, reasons, _details = judge([slice_for("resourceslice_a100_mig.yaml")], smi=smi)
     assert "MIG 1g.5gb: the slices publish 1, nvidia-smi shows 0" in reasons
     assert "MIG 2g.10gb: the slices publish 0, nvidia-smi shows 1" in reasons
     assert "MIG device %s is published as profile 1g.5gb, nvidia-smi shows 2g.10gb" % MIG_UUID in reasons
 
 
 def test_mig_enabled_gpu_published_as_full_gpu_fails():
-    status, reasons, _ = judge([slice_for()], smi=SMI_MIG)
+    status, reasons, _details = judge([slice_for()], smi=SMI_MIG)
     assert any("that nvidia-smi does not show as a MIG-enabled GPU" in r for r in reasons)
     assert any("MIG device %s (1g.5gb on %s) is not published" % (MIG_UUID, GPU_UUID) in r for r in reasons)
 
 
 def test_stranded_mig_gpu_is_named():
-    status, reasons, _ = judge([], smi=SMI_GPU, mig_enabled={GPU_UUID: True})
+    status, reasons, _details = judge([], smi=SMI_GPU, mig_enabled={GPU_UUID: True})
     assert any("has MIG enabled and no MIG device" in r for r in reasons)
 
 
@@ -175,7 +175,7 @@ def test_plugin_pod_not_ready_fails():
 def test_missing_device_class_fails():
     classes = [c for c in CLASSES if c["metadata"]["name"] != "mig.nvidia.com"]
     assert judge(classes=classes)[0] == "pass"  # a full-GPU node needs gpu.nvidia.com only
-    status, reasons, _ = judge([slice_for("resourceslice_a100_mig.yaml")], classes=classes, smi=SMI_MIG)
+    status, reasons, _details = judge([slice_for("resourceslice_a100_mig.yaml")], classes=classes, smi=SMI_MIG)
     assert reasons == ["DeviceClass mig.nvidia.com does not exist: claims cannot ask for the node's devices. Fix: "
                        "install the DRA driver's chart with resources.gpus.enabled=true"]
 
