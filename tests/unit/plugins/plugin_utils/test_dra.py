@@ -259,3 +259,17 @@ def test_compliance_auto_without_slices_is_a_skip_and_errors_are_errors():
     assert dra_compliance({"failed": True, "msg": "403"}, "dra", NODE_RESULT, SMI_OK)["status"] == "error"
     assert dra_compliance({"resources": [], "api_found": False}, "dra", NODE_RESULT, SMI_OK)["status"] == "error"
     assert dra_compliance({"resources": [slice_for()]}, "dra", NODE_RESULT, {"rc": 9})["status"] == "error"
+
+
+def test_compliance_rows_carry_the_dra_row_and_a_dra_node_has_no_device_plugin_failure():
+    from ansible_collections.gpu_native.fleet.plugins.filter.compliance_report import compliance_rows
+    dra_row = dra_compliance({"resources": [slice_for()]}, "dra", NODE_RESULT, SMI_OK)
+    no_gpu_node = {"resources": [{"metadata": {"name": NODE}, "status": {"allocatable": {"cpu": "8"}}}]}
+    hostvars = {"h": {"__compliance_node_result": {"checks": []}, "__compliance_k8s_node": no_gpu_node,
+                      "__compliance_dra": dra_row}}
+    rows = dict((row["check"], row) for row in compliance_rows(hostvars, ["h"]))
+    assert rows["dra"]["status"] == "pass"
+    assert rows["kubernetes"]["status"] == "pass" and "published through DRA" in rows["kubernetes"]["actual"]
+    del hostvars["h"]["__compliance_dra"]
+    rows = dict((row["check"], row) for row in compliance_rows(hostvars, ["h"]))
+    assert "dra" not in rows and rows["kubernetes"]["status"] == "fail"
