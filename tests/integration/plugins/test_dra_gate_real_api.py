@@ -162,7 +162,8 @@ def test_each_broken_dra_node_fails_with_its_reason(kube_cluster, kube_namespace
 # --- the claim guardrails (gpu_policies_dra_claims) on the real API server's ValidatingAdmissionPolicy ------------
 def test_the_claim_guardrails_on_the_real_api_server(kube_cluster):
     """The table of tests/gpu_policy_cases.py (CLAIM_CASES), each claim created in fresh namespaces standing for the
-    table's ones; the namespaces carry resource.k8s.io/admin-access=true, so that the API's own adminAccess check
+    table's ones; the namespaces carry resource.kubernetes.io/admin-access=true (the label's name since 1.34; it was
+    resource.k8s.io/admin-access in 1.33), so that the API's own adminAccess check
     lets the claims through and a refusal is the policy's."""
     from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import render_claim_policy_objects
     from gpu_policy_cases import CLAIM_ADMIN_NAMESPACES, CLAIM_CASES, CLAIM_CLASS_NAMESPACES
@@ -174,7 +175,7 @@ def test_the_claim_guardrails_on_the_real_api_server(kube_cluster):
     names = {ns: "%s-%s" % (ns, suffix) for ns in ("training", "inference", "web", "kube-system")}
     for real in names.values():
         kube_cluster.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": real, "labels": {"resource.k8s.io/admin-access": "true"}}})
+            "name": real, "labels": {"resource.kubernetes.io/admin-access": "true"}}})
     policy, binding = render_claim_policy_objects(
         claim_cel, "vap", name="gpu-claim-guardrails-" + suffix,
         class_namespaces=dict((cls, [names[ns] for ns in nss]) for cls, nss in CLAIM_CLASS_NAMESPACES.items()),
