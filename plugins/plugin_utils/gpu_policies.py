@@ -326,12 +326,14 @@ POD_RESOURCE_RULES = [
 ]
 POD_KYVERNO_MATCH = [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}},
                      {"resources": {"kinds": ["Pod/ephemeralcontainers"], "operations": ["UPDATE"]}}]
-# DRA claims (resource.k8s.io/v1): a claim's spec is immutable once created; a template's can be updated.
-CLAIM_RESOURCE_RULES = [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+# DRA claims (resource.k8s.io/v1): CREATE only. The spec of a claim and of a template is immutable (API reference),
+# and the controllers update a claim's metadata (finalizers) later: judging those updates could block the
+# deallocation of a claim created before the policy.
+CLAIM_RESOURCE_RULES = [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
                          "resources": ["resourceclaims", "resourceclaimtemplates"]}]
 CLAIM_KYVERNO_MATCH = [{"resources": {"kinds": ["resource.k8s.io/v1/ResourceClaim",
                                                 "resource.k8s.io/v1/ResourceClaimTemplate"],
-                                      "operations": ["CREATE", "UPDATE"]}}]
+                                      "operations": ["CREATE"]}}]
 POD_DESCRIPTION = ("GPU pod guardrails", "Pod",
                    "Pods that request NVIDIA GPUs must run no privileged container and use the GPU RuntimeClass; pods "
                    "that request none must not reach for GPUs through NVIDIA_VISIBLE_DEVICES, the GPU RuntimeClass or "

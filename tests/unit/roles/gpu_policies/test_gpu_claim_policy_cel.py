@@ -54,7 +54,7 @@ def test_kyverno(case_id, obj, expected):
 def test_the_objects():
     policy, binding, kyverno = render("both")
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
-        {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+        {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
          "resources": ["resourceclaims", "resourceclaimtemplates"]}]
     assert binding["spec"] == {"policyName": "gpu-claim-guardrails", "validationActions": ["Deny"]}
     assert kyverno_spec(kyverno)["variables"] == policy["spec"]["variables"]
