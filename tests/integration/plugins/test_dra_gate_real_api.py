@@ -243,3 +243,29 @@ def test_the_preflight_role_judges_a_dra_node(kube_cluster, kube_namespace, kube
     assert result.returncode == 0, result.stdout[-4000:]
     text = " ".join(result.stdout.split())
     assert "%s: %s" % (node, expected) in text, result.stdout[-5000:]
+
+
+# --- playbooks/compliance.yml's dra row, as the compliance job -------------------------------------------------------
+@pytest.mark.parametrize("allocatable, status, actual", [
+    ("0", "pass", "1 ResourceSlice(s), 1 GPU(s), MIG none"),
+    ("1", "fail", "double exposure: the node's allocatable offers nvidia.com/gpu: 1"),
+])
+def test_the_compliance_playbook_writes_the_dra_row(kube_job_kubeconfig, dra_node, run_playbook, tmp_path,
+                                                    allocatable, status, actual):
+    import json
+    node = dra_node(allocatable_gpus=allocatable)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && cat <<'X'\n%sX\n" % fixture("nvidia_smi_L_a100_gpu.txt"))
+    smi.chmod(0o755)
+    playbook = os.path.join(os.path.dirname(__file__), "..", "..", "..", "playbooks", "compliance.yml")
+    variables = {"compliance_hosts": "localhost", "compliance_node_name": node, "compliance_become": False,
+                 "compliance_checks": [], "compliance_nvidia_smi": str(smi), "gpu_native_allocation": "dra",
+                 "compliance_kubeconfig": kube_job_kubeconfig("compliance"),
+                 "compliance_report_dir": str(tmp_path / "reports")}
+    with open(playbook, encoding="utf-8") as handle:
+        result = run_playbook(handle.read(), args=["-e", json.dumps(variables)])
+    with open(str(tmp_path / "reports" / "compliance.json"), encoding="utf-8") as handle:
+        rows = dict((row["check"], row) for row in json.load(handle))
+    assert rows["dra"]["status"] == status, (rows, result.stdout[-3000:])
+    assert rows["dra"]["actual"].startswith(actual), rows["dra"]
+    assert rows["kubernetes"]["status"] == "pass", rows["kubernetes"]
