@@ -221,3 +221,58 @@ def case_pod(case_id, namespace=None, name=None):
     if name is not None:
         obj["metadata"]["name"] = name
     return obj
+
+
+# --- DRA claims (resource.k8s.io/v1), judged by the claim guardrails (gpu_policies_dra_claims) ------------------
+# Settings of the table: full GPUs only in "training" (and kube-system, for monitoring), MIG in "training" and "inference"; adminAccess in kube-system.
+CLAIM_CLASS_NAMESPACES = {"gpu.nvidia.com": ["kube-system", "training"], "mig.nvidia.com": ["inference", "training"]}
+CLAIM_ADMIN_NAMESPACES = ["kube-system"]
+CLASS_MSG = ("This namespace may not claim this DeviceClass: ask for a DeviceClass allowed here "
+             "(gpu_policies_dra_class_namespaces)")
+ADMIN_MSG = ("DRA claims may ask for adminAccess (every device, in use or not) in system namespaces only "
+             "(gpu_policies_dra_admin_namespaces): remove adminAccess")
+
+
+def claim(requests, namespace="training", template=False, name="c"):
+    """A ResourceClaim (or ResourceClaimTemplate) of `requests`: [(request name, class, admin_access)] for
+    exactly-requests, or (request name, [classes]) for firstAvailable."""
+    items = []
+    for request in requests:
+        if isinstance(request[1], list):
+            items.append({"name": request[0], "firstAvailable": [
+                {"name": "s%d" % i, "deviceClassName": cls} for i, cls in enumerate(request[1])]})
+        else:
+            exactly = {"deviceClassName": request[1]}
+            if len(request) > 2 and request[2] is not None:
+                exactly["adminAccess"] = request[2]
+            items.append({"name": request[0], "exactly": exactly})
+    spec = {"devices": {"requests": items}}
+    if template:
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": namespace}, "spec": {"spec": spec}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+# (id, claim or template, expected message or None for admitted)
+CLAIM_CASES = [
+    ("full-gpu-where-allowed", claim([("gpu", "gpu.nvidia.com")]), None),
+    ("mig-where-allowed", claim([("mig", "mig.nvidia.com")], namespace="inference"), None),
+    ("template-mig-where-allowed", claim([("mig", "mig.nvidia.com")], namespace="inference", template=True), None),
+    ("unrestricted-class", claim([("nic", "example.com-nic")], namespace="inference"), None),
+    ("admin-access-in-kube-system", claim([("gpu", "gpu.nvidia.com", True)], namespace="kube-system"), None),
+    ("admin-access-false", claim([("gpu", "gpu.nvidia.com", False)]), None),
+    ("full-gpu-elsewhere", claim([("gpu", "gpu.nvidia.com")], namespace="inference"),
+     CLASS_MSG + " (request 'gpu' asks for DeviceClass gpu.nvidia.com in namespace inference)"),
+    ("template-full-gpu-elsewhere", claim([("gpu", "gpu.nvidia.com")], namespace="inference", template=True),
+     CLASS_MSG + " (request 'gpu' asks for DeviceClass gpu.nvidia.com in namespace inference)"),
+    ("first-available-falls-back-to-a-full-gpu", claim([("any", ["mig.nvidia.com", "gpu.nvidia.com"])],
+                                                       namespace="inference"),
+     CLASS_MSG + " (request 'any' may get DeviceClass gpu.nvidia.com in namespace inference)"),
+    ("mig-in-a-namespace-without-gpus", claim([("mig", "mig.nvidia.com")], namespace="web"),
+     CLASS_MSG + " (request 'mig' asks for DeviceClass mig.nvidia.com in namespace web)"),
+    ("admin-access-in-a-tenant-namespace", claim([("gpu", "gpu.nvidia.com", True)]),
+     ADMIN_MSG + " (request 'gpu' sets adminAccess: true in namespace training)"),
+    ("template-admin-access", claim([("mig", "mig.nvidia.com", True)], namespace="inference", template=True),
+     ADMIN_MSG + " (request 'mig' sets adminAccess: true in namespace inference)"),
+]

@@ -23,12 +23,13 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ansible.errors import AnsibleFilterError
 
-CHECK_ORDER = ("reachability", "spec", "gpu_health", "kubernetes", "mig", "containerd", "readiness")
+CHECK_ORDER = ("reachability", "spec", "gpu_health", "kubernetes", "dra", "mig", "containerd", "readiness")
 STATUS_ORDER = ("fail", "error", "unreachable", "pass", "skip")
 BAD = ("fail", "error", "unreachable")
 NODE_VAR = "__compliance_node_result"
 MIG_VAR = "__compliance_mig_result"
 K8S_VAR = "__compliance_k8s_node"
+DRA_VAR = "__compliance_dra"  # the dra row (filter dra_compliance), set on DRA nodes only
 # What XML 1.0 allows (section 2.2, Char): a host name or value with ESC, BEL or NUL made the JUnit file
 # unreadable. Everything else is written as \xNN / \uNNNN text, so the reader still sees what was there.
 _NOT_XML_CHAR = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -111,7 +112,7 @@ def _drift_text(item):
     return str(item)
 
 
-def host_rows(host, node, mig=None, k8s=None, node_name=None):
+def host_rows(host, node, mig=None, k8s=None, node_name=None, dra=None):
     """Rows for one host from its node_compliance result (and mig_config compare and k8s_info results)."""
     host = str(host)
     if not isinstance(node, dict) or not node:
@@ -128,6 +129,13 @@ def host_rows(host, node, mig=None, k8s=None, node_name=None):
     rows.append(_mig_row(host, mig))
     if isinstance(k8s, dict) and k8s:
         rows.append(_k8s_row(host, node_name, k8s))
+    if isinstance(dra, dict) and dra.get("check") == "dra":
+        rows.append(_status(host, "dra", dra.get("status"), dra.get("expected"), dra.get("actual")))
+        if dra.get("status") in ("pass", "fail") and rows[-2]["check"] == "kubernetes" \
+                and rows[-2]["status"] == "fail" and "advertises no nvidia.com/ resource" in str(rows[-2]["actual"]):
+            # a DRA node has no device-plugin allocatable by design: the dra row judges its GPUs
+            rows[-2] = _row(host, "kubernetes", "pass", rows[-2]["expected"],
+                            "no device-plugin resource: the GPUs are published through DRA (the dra check)")
     rows.sort(key=lambda row: CHECK_ORDER.index(row["check"]) if row["check"] in CHECK_ORDER else len(CHECK_ORDER))
     return rows
 
@@ -140,7 +148,7 @@ def _hostvar(hostvars, host, name):
     return value if isinstance(value, dict) else None
 
 
-def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR, k8s_var=K8S_VAR):
+def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR, k8s_var=K8S_VAR, dra_var=DRA_VAR):
     """Rows for ``hosts`` read from ``hostvars`` (the registered node, MIG and node-object results)."""
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError("compliance_rows: hosts must be a list of host names, got %s"
@@ -152,7 +160,7 @@ def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR, k8s_var
         except (KeyError, TypeError, AttributeError):
             node_name = None
         rows.extend(host_rows(host, _hostvar(hostvars, host, node_var), _hostvar(hostvars, host, mig_var),
-                              _hostvar(hostvars, host, k8s_var), node_name))
+                              _hostvar(hostvars, host, k8s_var), node_name, _hostvar(hostvars, host, dra_var)))
     return rows
 
 

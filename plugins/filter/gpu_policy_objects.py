@@ -11,6 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import (
     GpuPolicyError,
+    render_claim_policy_objects,
     render_policy_objects,
 )
 
@@ -37,8 +38,21 @@ def gpu_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", runtim
         raise AnsibleFilterError(str(exc))
 
 
+def gpu_claim_policy_objects(claim_cel, engine="vap", name="gpu-claim-guardrails", class_namespaces=None,
+                             admin_namespaces=None, action="Enforce", vap_validation_actions=None,
+                             failure_policy="Fail"):
+    """The DRA claim guardrails for `engine`; AnsibleFilterError (cause and fix) on bad input."""
+    try:
+        return render_claim_policy_objects(claim_cel, engine=engine, name=name, class_namespaces=class_namespaces,
+                                           admin_namespaces=[] if admin_namespaces is None else admin_namespaces,
+                                           action=action, vap_validation_actions=vap_validation_actions,
+                                           failure_policy=failure_policy)
+    except GpuPolicyError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
 class FilterModule(object):
     """gpu_native.fleet GPU policy filters."""
 
     def filters(self):
-        return {"gpu_policy_objects": gpu_policy_objects}
+        return {"gpu_policy_objects": gpu_policy_objects, "gpu_claim_policy_objects": gpu_claim_policy_objects}

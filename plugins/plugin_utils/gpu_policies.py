@@ -319,12 +319,106 @@ def render_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", run
     return objects
 
 
-def render_vap(cel, name, excluded_namespaces, validation_actions, failure_policy, labels, namespace_match_labels=None):
-    rules = [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
-        # kubectl debug adds ephemeral containers through this subresource (an UPDATE of the Pod)
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/ephemeralcontainers"]},
-    ]
+POD_RESOURCE_RULES = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+    # kubectl debug adds ephemeral containers through this subresource (an UPDATE of the Pod)
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/ephemeralcontainers"]},
+]
+POD_KYVERNO_MATCH = [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}},
+                     {"resources": {"kinds": ["Pod/ephemeralcontainers"], "operations": ["UPDATE"]}}]
+# DRA claims (resource.k8s.io/v1): CREATE only. The spec of a claim and of a template is immutable (API reference),
+# and the controllers update a claim's metadata (finalizers) later: judging those updates could block the
+# deallocation of a claim created before the policy.
+CLAIM_RESOURCE_RULES = [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                         "resources": ["resourceclaims", "resourceclaimtemplates"]}]
+CLAIM_KYVERNO_MATCH = [{"resources": {"kinds": ["resource.k8s.io/v1/ResourceClaim",
+                                                "resource.k8s.io/v1/ResourceClaimTemplate"],
+                                      "operations": ["CREATE"]}}]
+POD_DESCRIPTION = ("GPU pod guardrails", "Pod",
+                   "Pods that request NVIDIA GPUs must run no privileged container and use the GPU RuntimeClass; pods "
+                   "that request none must not reach for GPUs through NVIDIA_VISIBLE_DEVICES, the GPU RuntimeClass or "
+                   "privileged containers on GPU nodes. Rendered by gpu_native.fleet.gpu_policies.")
+CLAIM_DESCRIPTION = ("GPU DRA claim guardrails", "ResourceClaim",
+                     "ResourceClaims and ResourceClaimTemplates may ask for a DeviceClass only in the namespaces "
+                     "allowed to use it, and for adminAccess only in system namespaces. Rendered by "
+                     "gpu_native.fleet.gpu_policies.")
+
+
+def render_claim_policy_objects(claim_cel, engine="vap", name="gpu-claim-guardrails", class_namespaces=None,
+                                admin_namespaces=(), action="Enforce", vap_validation_actions=None,
+                                failure_policy="Fail", labels=None):
+    """The DRA claim guardrails (ResourceClaims, ResourceClaimTemplates) for ``engine``, from the role's
+    ``__gpu_policies_claim_cel``: ``class_namespaces`` maps a DeviceClass to the namespaces that may claim it
+    (a class not listed is unrestricted); ``admin_namespaces`` may set ``adminAccess``."""
+    if engine not in ENGINES:
+        _fail("gpu_policies_engine is %r. Fix: set it to vap, kyverno or both." % (engine,))
+    if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL_RE.match(name):
+        _fail("gpu_policies_dra_claims_name (%r) must be a lowercase DNS label of at most 63 characters. Fix: e.g. "
+              "gpu-claim-guardrails." % (name,))
+    class_namespaces = {} if class_namespaces is None else class_namespaces
+    if not isinstance(class_namespaces, dict) or len(class_namespaces) > MAX_RESOURCES:
+        _fail("gpu_policies_dra_class_namespaces must map DeviceClass names to lists of namespaces (at most %d "
+              "classes), got %r. Fix: e.g. {gpu.nvidia.com: [training], mig.nvidia.com: [inference, training]}."
+              % (MAX_RESOURCES, class_namespaces))
+    for key, value in class_namespaces.items():
+        if not isinstance(key, str) or len(key) > 253 or not _DNS_SUBDOMAIN_RE.match(key):
+            _fail("gpu_policies_dra_class_namespaces has the key %r, not a DeviceClass name (a DNS subdomain). "
+                  "Fix: e.g. gpu.nvidia.com." % (key,))
+        _check_names(value, "gpu_policies_dra_class_namespaces[%s]" % key, _DNS_LABEL_RE,
+                     "a namespace name (lowercase DNS label)", MAX_NAMESPACES)
+    admin_namespaces = list(admin_namespaces) if isinstance(admin_namespaces, (list, tuple)) else admin_namespaces
+    _check_names(admin_namespaces, "gpu_policies_dra_admin_namespaces", _DNS_LABEL_RE,
+                 "a namespace name (lowercase DNS label)", MAX_NAMESPACES)
+    if action not in ACTIONS:
+        _fail("gpu_policies_action is %r. Fix: set it to Enforce or Audit." % (action,))
+    if failure_policy not in FAILURE_POLICIES:
+        _fail("gpu_policies_failure_policy is %r. Fix: set it to Fail or Ignore." % (failure_policy,))
+    if not vap_validation_actions:
+        vap_validation_actions = ["Deny"] if action == "Enforce" else ["Warn", "Audit"]
+    if (not isinstance(claim_cel, dict) or not isinstance(claim_cel.get("match_condition"), str)
+            or not isinstance(claim_cel.get("macros") or {}, dict)):
+        _fail("the role's claim CEL data (vars/main.yml __gpu_policies_claim_cel) needs match_condition, variables "
+              "and rules. Fix: restore the role's vars/main.yml.")
+    check_rules(claim_cel.get("rules"), "__gpu_policies_claim_cel.rules")
+    values = {
+        "CLASS_NAMESPACES": "{" + ", ".join("%s: %s" % (cel_string(key), cel_string_list(class_namespaces[key]))
+                                            for key in sorted(class_namespaces)) + "}",
+        "ADMIN_NAMESPACES": cel_string_list(admin_namespaces),
+    }
+    macros = dict(("@%s@" % key, "(%s)" % " ".join(value.split())) for key, value in claim_cel["macros"].items())
+
+    def expand(text):
+        for key, value in macros.items():
+            text = text.replace(key, value)
+        return _substitute_expression(" ".join(text.split()), values)
+
+    variables = [{"name": item["name"], "expression": expand(item["expression"])}
+                 for item in claim_cel.get("variables") or []]
+    validations = []
+    for rule in claim_cel["rules"]:
+        var = "variables." + rule_variable(rule["name"])
+        variables.append({"name": rule_variable(rule["name"]), "expression": expand(rule["violations"])})
+        message = " ".join(rule["message"].split())
+        validations.append({
+            "expression": "%s.size() == 0" % var, "message": message,
+            "messageExpression": "%s + \" (\" + %s[0] + (%s.size() > 1 ? \" and \" + string(%s.size() - 1) "
+                                 "+ \" more\" : \"\") + \")\"" % (cel_string(message), var, var, var)})
+    cel = {"match_condition": expand(claim_cel["match_condition"]), "variables": variables,
+           "validations": validations}
+    labels = dict(MANAGED_BY) if labels is None else labels
+    objects = []
+    if engine in ("vap", "both"):
+        objects.extend(render_vap(cel, name, [], vap_validation_actions, failure_policy, labels,
+                                  resource_rules=CLAIM_RESOURCE_RULES))
+    if engine in ("kyverno", "both"):
+        objects.append(render_kyverno(cel, name, [], action, failure_policy, labels, match=CLAIM_KYVERNO_MATCH,
+                                      description=CLAIM_DESCRIPTION))
+    return objects
+
+
+def render_vap(cel, name, excluded_namespaces, validation_actions, failure_policy, labels, namespace_match_labels=None,
+               resource_rules=None):
+    rules = [dict(rule) for rule in (resource_rules or POD_RESOURCE_RULES)]
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -355,9 +449,9 @@ def render_vap(cel, name, excluded_namespaces, validation_actions, failure_polic
     return [policy, binding]
 
 
-def render_kyverno(cel, name, excluded_namespaces, action, failure_policy, labels, namespace_match_labels=None):
-    match = [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}},
-             {"resources": {"kinds": ["Pod/ephemeralcontainers"], "operations": ["UPDATE"]}}]
+def render_kyverno(cel, name, excluded_namespaces, action, failure_policy, labels, namespace_match_labels=None,
+                   match=None, description=POD_DESCRIPTION):
+    match = json.loads(json.dumps(match or POD_KYVERNO_MATCH))
     if namespace_match_labels:
         for item in match:
             item["resources"]["namespaceSelector"] = {"matchLabels": dict(namespace_match_labels)}
@@ -379,15 +473,11 @@ def render_kyverno(cel, name, excluded_namespaces, action, failure_policy, label
             "name": name,
             "labels": dict(labels),
             "annotations": {
-                "policies.kyverno.io/title": "GPU pod guardrails",
+                "policies.kyverno.io/title": description[0],
                 "policies.kyverno.io/category": "GPU",
-                "policies.kyverno.io/subject": "Pod",
+                "policies.kyverno.io/subject": description[1],
                 "policies.kyverno.io/minversion": "1.11.0",
-                "policies.kyverno.io/description": "Pods that request NVIDIA GPUs must run no privileged container "
-                                                   "and use the GPU RuntimeClass; pods that request none must not "
-                                                   "reach for GPUs through NVIDIA_VISIBLE_DEVICES, the GPU "
-                                                   "RuntimeClass or privileged containers on GPU nodes. Rendered "
-                                                   "by gpu_native.fleet.gpu_policies.",
+                "policies.kyverno.io/description": description[2],
             },
         },
         "spec": {

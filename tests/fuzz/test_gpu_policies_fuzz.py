@@ -17,14 +17,19 @@ from ansible.errors import AnsibleFilterError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpu_native.fleet.plugins.filter.gpu_policy_objects import gpu_policy_objects
+from ansible_collections.gpu_native.fleet.plugins.filter.gpu_policy_objects import (
+    gpu_claim_policy_objects,
+    gpu_policy_objects,
+)
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import fleet_compliance as fc
 
-FUZZ_TARGETS = ("gpu_policy_objects",)
+FUZZ_TARGETS = ("gpu_policy_objects", "gpu_claim_policy_objects")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 with open(os.path.join(REPO, "roles", "gpu_policies", "vars", "main.yml"), encoding="utf-8") as _handle:
-    CEL_DATA = yaml.safe_load(_handle)["__gpu_policies_cel"]
+    _ROLE_VARS = yaml.safe_load(_handle)
+    CEL_DATA = _ROLE_VARS["__gpu_policies_cel"]
+    CLAIM_CEL = _ROLE_VARS["__gpu_policies_claim_cel"]
 
 NAMEISH = st.one_of(st.text(max_size=30), st.sampled_from(
     ["nvidia.com/gpu", "nvidia.com/*", "accelerator", 'x" || true || "', "a\"b", "nvidia", "gpu-native.io/x",
@@ -49,6 +54,25 @@ def test_filter_gives_objects_or_its_own_error(options):
     assert "@" not in text  # no placeholder left (no checked variable may hold "@")
     for key in list(options.get("gpu_taint_keys") or []) + list(options.get("gpu_node_labels") or []):
         assert '"' not in key and "\\" not in key  # only plain keys pass the checks
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries({}, optional={
+    "engine": st.one_of(ANY, st.sampled_from(["vap", "kyverno", "both"])), "name": ANY,
+    "class_namespaces": st.one_of(ANY, st.dictionaries(NAMEISH, st.lists(NAMEISH, max_size=3), max_size=3)),
+    "admin_namespaces": ANY, "action": ANY, "failure_policy": ANY}))
+def test_claim_filter_gives_objects_or_its_own_error(options):
+    """The DRA claim guardrails: objects or the filter's own error; a namespace or class reaches the CEL only as a
+    checked name (no quote, no backslash), never as CEL."""
+    try:
+        objects = gpu_claim_policy_objects(CLAIM_CEL, **options)
+    except AnsibleFilterError as exc:
+        assert "\n" not in str(exc) and "Fix:" in str(exc)
+        return
+    assert "@" not in json.dumps(objects)
+    classes = options.get("class_namespaces") or {}
+    for key, value in classes.items():
+        assert '"' not in key and "\\" not in key and all('"' not in ns for ns in value)
 
 
 @given(st.one_of(st.text(max_size=200), st.lists(st.sampled_from([
