@@ -73,12 +73,13 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q -r requirements.txt
 	@touch $@
 
-image: ## the test-host images: Debian 12, Debian 13, Debian 12 + containerd 2.x (each cached by input hash)
+image: ## the test-host images: Debian 12, Debian 13, Debian 12 + containerd 2.x, Debian 12 + dkms (each cached by input hash)
 	@tests/images/build-debian12.sh
 	@tests/images/build-test-host.sh debian13
 	@tests/images/build-test-host.sh debian12-containerd2
+	@tests/images/build-test-host.sh debian12-dkms
 
-image-%: ## one test-host image: image-debian12, image-debian13, image-debian12-containerd2
+image-%: ## one test-host image: image-debian12, image-debian13, image-debian12-containerd2, image-debian12-dkms
 	@tests/images/build-test-host.sh $*
 
 kube-build: ## build (or reuse) upstream etcd, kube-apiserver, -controller-manager, -scheduler, kubelet (cached in /var/cache/gpu-native-fleet/kube)

@@ -8,6 +8,8 @@
 #   debian13              Debian 13 (trixie): debootstrap, then Containerfile.debian13
 #   debian12-containerd2  the debian12 image plus containerd 2.x from Debian's
 #                         unstable suite, pinned (Containerfile.debian12-containerd2)
+#   debian12-dkms         the debian12 image plus Debian's dkms and its compilers
+#                         (Containerfile.debian12-dkms), for driver_upgrade
 #
 # No container registry is used.  Each image is tagged
 # localhost/gpu-native/NAME:latest and labelled with a hash of its inputs
@@ -26,12 +28,12 @@ case "$name" in
   debian13)
     suite=trixie
     base_image="localhost/gpu-native/debian13-rootfs:latest" ;;
-  debian12-containerd2)
+  debian12-containerd2|debian12-dkms)
     suite=""
     "$here/build-debian12.sh"
     base_image="localhost/gpu-native/debian12:latest" ;;
   *)
-    echo "usage: $0 {debian12|debian13|debian12-containerd2} [--force]" >&2
+    echo "usage: $0 {debian12|debian13|debian12-containerd2|debian12-dkms} [--force]" >&2
     exit 2 ;;
 esac
 
