@@ -342,14 +342,20 @@ def content_security_policy(style):
             "base-uri 'none'; form-action 'none'" % digest)
 
 
-def compliance_report_name(name):
-    """``name`` when it is a plain file name (letters, digits, ``._-``; no path), else a filter error."""
+def compliance_report_name(name, variable="compliance_report_name", folder_variable="compliance_report_dir"):
+    """``name`` when it is a plain file name (letters, digits, ``._-``; no path), else a filter error.
+
+    ``variable`` and ``folder_variable`` are the names the message gives, so that a playbook other than
+    compliance.yml (the preflight report page) names its own variables in the fix."""
+    variable = variable if isinstance(variable, str) and _REPORT_NAME.match(variable) else "compliance_report_name"
+    if not (isinstance(folder_variable, str) and _REPORT_NAME.match(folder_variable)):
+        folder_variable = "compliance_report_dir"
     if not isinstance(name, str) or not _REPORT_NAME.match(name):
         raise AnsibleFilterError(
-            "compliance_report_name=%s is not a plain file name: the reports would be written outside "
-            "compliance_report_dir or not at all. Fix: give a name of letters, digits, '.', '_' and '-' "
-            "(such as compliance-nightly), without '/'; set compliance_report_dir for the folder. "
-            "Nothing was written." % _clip(repr(name), 120))
+            "%s=%s is not a plain file name: the reports would be written outside "
+            "%s or not at all. Fix: give a name of letters, digits, '.', '_' and '-' "
+            "(such as compliance-nightly), without '/'; set %s for the folder. "
+            "Nothing was written." % (variable, _clip(repr(name), 120), folder_variable, folder_variable))
     return name
 
 

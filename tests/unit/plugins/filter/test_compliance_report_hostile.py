@@ -111,3 +111,18 @@ def test_report_names_that_are_not_plain_file_names_are_refused(name):
     with pytest.raises(AnsibleFilterError) as error:
         cr.compliance_report_name(name)
     assert "is not a plain file name" in str(error.value) and "Nothing was written" in str(error.value)
+
+
+def test_a_report_name_error_names_the_callers_own_variables():
+    # The preflight report page uses this filter too: its fix must name preflight_report_name, not compliance's.
+    with pytest.raises(AnsibleFilterError) as error:
+        cr.compliance_report_name("../x", "preflight_report_name", "preflight_report_dir")
+    message = str(error.value)
+    assert message.startswith("preflight_report_name='../x' is not a plain file name")
+    assert "set preflight_report_dir for the folder" in message and "compliance_report" not in message
+
+
+def test_a_report_name_error_never_echoes_a_hostile_variable_name():
+    with pytest.raises(AnsibleFilterError) as error:
+        cr.compliance_report_name("../x", "<script>", None)
+    assert str(error.value).startswith("compliance_report_name='../x'") and "compliance_report_dir" in str(error.value)
