@@ -22,8 +22,10 @@ import re
 from xml.sax.saxutils import escape, quoteattr
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.compliance_checks import REPORT_CHECKS
 
-CHECK_ORDER = ("reachability", "spec", "gpu_health", "kubernetes", "mig", "containerd", "readiness")
+# The order the reports list a host's rows in (module_utils/spec/compliance_checks.py, the one list of check names).
+CHECK_ORDER = REPORT_CHECKS
 STATUS_ORDER = ("fail", "error", "unreachable", "pass", "skip")
 BAD = ("fail", "error", "unreachable")
 NODE_VAR = "__compliance_node_result"
