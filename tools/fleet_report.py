@@ -18,7 +18,20 @@ import tempfile
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PLAYBOOK = os.path.join(REPO, "playbooks", "compliance.yml")
 NODE_TASK = "Run the node checks in one execution"
-CHECKS = ("reachability", "spec", "gpu_health", "mig", "containerd", "readiness")
+
+
+def _report_checks():
+    """The report's check names from the collection's one list (plugins/module_utils/spec/compliance_checks.py),
+    loaded by path: this tool runs from a checkout without the collection on sys.path."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    path = os.path.join(REPO, "plugins", "module_utils", "spec", "compliance_checks.py")
+    spec = importlib.util.spec_from_file_location("gpu_native_fleet_compliance_checks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.REPORT_CHECKS
+
+
+CHECKS = _report_checks()
 SHORT = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "skip": "-", "unreachable": "UNREACHABLE"}
 
 

@@ -22,8 +22,11 @@ import re
 from xml.sax.saxutils import escape, quoteattr
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.compliance_checks import REPORT_CHECKS
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import clip
 
-CHECK_ORDER = ("reachability", "spec", "gpu_health", "kubernetes", "dra", "mig", "containerd", "readiness")
+# The order the reports list a host's rows in (module_utils/spec/compliance_checks.py, the one list of check names).
+CHECK_ORDER = REPORT_CHECKS
 STATUS_ORDER = ("fail", "error", "unreachable", "pass", "skip")
 BAD = ("fail", "error", "unreachable")
 NODE_VAR = "__compliance_node_result"
@@ -43,11 +46,7 @@ def _status(host, check, status, expected, actual):
         return _row(host, check, status, expected, actual)
     return _row(host, check, "error", expected,
                 "unknown status %s from the node (allowed: %s); reported: %s"
-                % (_clip(repr(status), 80), ", ".join(STATUS_ORDER), _clip(_text(actual), 400)))
-
-
-def _clip(text, limit):
-    return text if len(text) <= limit else text[:limit] + "..."
+                % (clip(repr(status), 80), ", ".join(STATUS_ORDER), clip(_text(actual), 400)))
 
 
 def _xml_text(value):
@@ -84,19 +83,19 @@ def _k8s_row(host, node_name, k8s):
         return _row(host, "kubernetes", "skip", None,
                     "not read: neither compliance_kubeconfig nor gpu_native_kubeconfig is set (the device-plugin count "
                     "is not compared)")
-    name = _clip(_text(node_name if node_name else host), 200)
+    name = clip(_text(node_name if node_name else host), 200)
     expected = "node %s readable, with nvidia.com/ allocatable" % name
     if k8s.get("failed") or not isinstance(k8s.get("resources"), list):
         return _row(host, "kubernetes", "error", expected, "the Kubernetes API could not be read: %s. Fix: check "
                     "compliance_kubeconfig (its server is reachable from the controller, its credentials may get "
-                    "nodes: docs/awx.md)" % _clip(_text(k8s.get("msg") or "k8s_info returned no resources"), 400))
+                    "nodes: docs/awx.md)" % clip(_text(k8s.get("msg") or "k8s_info returned no resources"), 400))
     if not k8s["resources"]:
         return _row(host, "kubernetes", "fail", expected, "the API has no node %s. Fix: set compliance_node_name "
                     "to the node's name in Kubernetes, or join the node" % name)
     node = k8s["resources"][0] if isinstance(k8s["resources"][0], dict) else {}
     status = node.get("status") if isinstance(node.get("status"), dict) else {}
     allocatable = status.get("allocatable") if isinstance(status.get("allocatable"), dict) else {}
-    gpu = sorted("%s=%s" % (_clip(_text(key), 80), _clip(_text(value), 20)) for key, value in allocatable.items()
+    gpu = sorted("%s=%s" % (clip(_text(key), 80), clip(_text(value), 20)) for key, value in allocatable.items()
                  if isinstance(key, str) and key.startswith("nvidia.com/"))
     if not gpu:
         return _row(host, "kubernetes", "fail", expected, "node %s advertises no nvidia.com/ resource: the NVIDIA "
@@ -165,7 +164,7 @@ def compliance_rows(hostvars, hosts, node_var=NODE_VAR, mig_var=MIG_VAR, k8s_var
 
 
 def _short(value, limit=120):
-    return _clip(value if isinstance(value, str) else repr(value), limit)
+    return clip(value if isinstance(value, str) else repr(value), limit)
 
 
 def _normal_row(row, where):
@@ -355,7 +354,7 @@ def compliance_report_name(name, variable="compliance_report_name", folder_varia
             "%s=%s is not a plain file name: the reports would be written outside "
             "%s or not at all. Fix: give a name of letters, digits, '.', '_' and '-' "
             "(such as compliance-nightly), without '/'; set %s for the folder. "
-            "Nothing was written." % (variable, _clip(repr(name), 120), folder_variable, folder_variable))
+            "Nothing was written." % (variable, clip(repr(name), 120), folder_variable, folder_variable))
     return name
 
 

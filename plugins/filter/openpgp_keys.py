@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pinned signing-key filters for roles/signed_repository (logic in plugin_utils/openpgp_keys.py)."""
+"""Pinned signing-key filters for roles/_signed_repository (logic in plugin_utils/openpgp_keys.py)."""
 
 from __future__ import absolute_import, division, print_function
 

@@ -251,6 +251,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvbandwidth as nvb
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import first_line
 
 TOOL_OPTIONS = ("nvidia_smi", "nvbandwidth")
 
@@ -309,7 +310,7 @@ def evaluate(result, testcases, product=None, overrides=None, required=False, to
     if result.status == node_tools.FAILED or parsed["errors"] and not any(
             entry["status"] == "ran" for entry in parsed["testcases"]):
         # rc != 0 (a CUDA, NVML or verification error) or an error with no result: never a pass.
-        cause = parsed["errors"][0] if parsed["errors"] else nvb_one_line(result.stderr or result.stdout)
+        cause = parsed["errors"][0] if parsed["errors"] else first_line(result.stderr or result.stdout, 300, ellipsis=False)
         out["reasons"] = ["nvbandwidth failed%s: %s" % (" (rc=%s)" % result.rc if result.rc else "",
                                                         cause or "no message")]
         return out
@@ -329,13 +330,6 @@ def evaluate(result, testcases, product=None, overrides=None, required=False, to
     out["product"] = chosen
     out["threshold"] = threshold
     return out
-
-
-def nvb_one_line(text):
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return ""
 
 
 def main():

@@ -104,7 +104,7 @@ def _check_owner(owner):
 
 def _check_run_id(run_id):
     if not isinstance(run_id, str) or not _RUN_ID_RE.match(run_id):
-        raise CordonError("the run id %r is not 1-128 of A-Z a-z 0-9 _ . : + -. Fix: leave node_cordon_run_id unset "
+        raise CordonError("the run id %r is not 1-128 of A-Z a-z 0-9 _ . : + -. Fix: leave _node_cordon_run_id unset "
                           "(one id per run is made) or pass a job id." % (str(run_id)[:_SHOW],))
     return run_id
 
@@ -219,7 +219,7 @@ def decide_take(node, owner, run_id, now, take_over=False, adopt_registration_ta
 
     state.update(action="skipped", holder=holder, owned=False,
                  reason="cordoned by %s%s, not by %s: left alone and never uncordoned by this run (set "
-                        "node_cordon_take_over=true to take it over)" % (holder, _since(marked_time, marked_run), owner))
+                        "_node_cordon_take_over=true to take it over)" % (holder, _since(marked_time, marked_run), owner))
     return state, None
 
 

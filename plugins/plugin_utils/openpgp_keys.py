@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the gpu_native.fleet collection: not a public API; it may change in any release.
 # Runs on the controller only (filter plugins); never imported by a module or the gpu_readiness agent.
-"""Pinned repository signing keys (roles/signed_repository): fingerprints as users write them, and the
+"""Pinned repository signing keys (roles/_signed_repository): fingerprints as users write them, and the
 primary-key fingerprints in ``gpg --show-keys --with-colons`` output (gpg's DETAILS: the ``fpr`` record that
 follows a ``pub``/``sec`` record belongs to the primary key, one after ``sub``/``ssb`` to a subkey).
 """

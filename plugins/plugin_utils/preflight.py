@@ -17,6 +17,7 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import squash
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
@@ -95,8 +96,7 @@ def _seconds(value, gate):
 
 
 def _short(text):
-    text = " ".join(str(text).split())
-    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
+    return squash(text, MAX_REASON_CHARS, fit=True)
 
 
 def verdict(results, required=GATES):

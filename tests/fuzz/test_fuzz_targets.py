@@ -10,6 +10,7 @@ is removed when its target lands; a new module or filter is never added to it).
 import ast
 import importlib
 import os
+import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -75,6 +76,67 @@ def test_every_validated_playbook_variable_has_a_fuzz_target():
     assert "onboard.yml:onboard_serial" in variables
     missing = [name for name in variables if name not in declared]
     assert missing == [], "no fuzz target names %s: add it to a tests/fuzz file's FUZZ_TARGETS" % ", ".join(missing)
+
+
+# The prefix of the variables each playbook reads from its user (README: variables are prefixed with their owner's
+# name). A new playbook needs its row here, so it cannot skip the check; None: it only imports other playbooks.
+PLAYBOOK_PREFIX = {
+    "awx_configure.yml": "awx_",
+    "compliance.yml": "compliance_",
+    "driver_upgrade.yml": "upgrade_",
+    "mig_reconfigure.yml": "mig_",
+    "node_runtime.yml": "node_runtime_",
+    "onboard.yml": "onboard_",
+    "preflight.yml": "preflight_",
+    "preflight_summary.yml": "preflight_summary_",
+    "toolkit_upgrade.yml": None,
+}
+_JINJA = re.compile(r"{{(.*?)}}|{%(.*?)%}", re.S)
+_NAME = re.compile(r"(?<![\w.'\"])([a-z][a-z0-9_]*)")
+_CONDITIONS = ("when", "that", "failed_when", "changed_when", "until")
+
+
+def _expressions(node, key=None):
+    """Every Jinja expression in a play: the templated parts of its strings and its bare conditions."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from _expressions(value, name)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _expressions(value, key)
+    elif isinstance(node, str):
+        if key in _CONDITIONS:
+            yield node
+        for match in _JINJA.finditer(node):
+            yield match.group(1) or match.group(2)
+
+
+def _read_variables(name, prefix):
+    import yaml  # pylint: disable=import-outside-toplevel
+    with open(os.path.join(REPO, "playbooks", name), encoding="utf-8") as handle:
+        plays = yaml.safe_load(handle) or []
+    found = set()
+    for play in plays:
+        if isinstance(play, dict) and "ansible.builtin.import_playbook" not in play:
+            for expression in _expressions(play):
+                found.update(v for v in _NAME.findall(expression) if v.startswith(prefix))
+    return found
+
+
+def test_every_playbook_validates_the_variables_it_reads():
+    """issue 27 (9): each playbook checks every <prefix>_ variable it reads, in a spec, before a play needs it."""
+    names = sorted(n for n in os.listdir(os.path.join(REPO, "playbooks")) if n.endswith(".yml"))
+    assert sorted(PLAYBOOK_PREFIX) == names, "playbooks/ changed: give each playbook its row in PLAYBOOK_PREFIX"
+    validated = set(playbook_variables())
+    unchecked = []
+    for name in names:
+        if PLAYBOOK_PREFIX[name] is None:
+            continue
+        read = _read_variables(name, PLAYBOOK_PREFIX[name])
+        assert read, "%s reads no %s* variable: is its prefix right?" % (name, PLAYBOOK_PREFIX[name])
+        unchecked += ["%s:%s" % (name, v) for v in sorted(read) if "%s:%s" % (name, v) not in validated]
+    assert unchecked == [], ("read but not validated by the playbook's validate_argument_spec: %s"
+                             % ", ".join(unchecked))
 
 
 def test_the_entry_points_are_found():

@@ -38,6 +38,7 @@ import subprocess
 import time
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import first_line
 
 #: Statuses of a :class:`ToolResult`.
 OK = "ok"
@@ -124,14 +125,15 @@ class ToolResult(object):
         if self.status == NOT_CAPTURED:
             return "%s output was not captured (%s)." % (name, self.detail)
         if self.status == NO_DRIVER:
-            cause = _one_line(self.detail or self.stdout or self.stderr)
+            cause = first_line(self.detail or self.stdout or self.stderr, 240)
             return "%s could not communicate with the NVIDIA driver: %s" % (name, cause)
         if self.status == TIMEOUT and self.detail:
             return "%s %s." % (name, self.detail)
         if self.status == TIMEOUT:
             return "%s did not answer within %s s." % (name, _fmt_seconds(self.timeout_s))
         if self.status == FAILED:
-            return "%s exited with rc=%s: %s" % (name, self.rc, _one_line(self.stderr or self.stdout) or "no output")
+            return "%s exited with rc=%s: %s" % (
+                name, self.rc, first_line(self.stderr or self.stdout, 240) or "no output")
         return "%s output is unreadable: %s" % (name, self.detail or "unknown reason")
 
     def as_dict(self):
@@ -149,14 +151,6 @@ class ToolResult(object):
 
 class NodeToolsError(FleetError):
     """A caller mistake (bad option), not a tool failure."""
-
-
-def _one_line(text, limit=240):
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if line:
-            return line if len(line) <= limit else line[:limit] + "..."
-    return ""
 
 
 def _fmt_seconds(value):
@@ -423,7 +417,7 @@ class NodeTools(object):
                               "more than %d MiB of output" % (MAX_OUTPUT_BYTES // (1024 * 1024)))
         if _looks_like_no_driver(tool, out + "\n" + err):
             return ToolResult(tool, argv, NO_DRIVER, rc, out, err, duration, limit, source,
-                              _one_line(_no_driver_line(out + "\n" + err)))
+                              first_line(_no_driver_line(out + "\n" + err), 240))
         reason = _unreadable_reason(out)
         if reason:
             return ToolResult(tool, argv, UNREADABLE, rc, out, err, duration, limit, source, reason)

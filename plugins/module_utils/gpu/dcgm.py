@@ -40,6 +40,7 @@ import re
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import IntegerParseError, parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.json_limits import json_nesting_exceeds
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import squash
 
 #: Inputs above this are refused (a level-4 run on 8 GPUs prints ~200 KB).
 MAX_INPUT_CHARS = 8 * 1024 * 1024
@@ -387,12 +388,7 @@ def failure_line(failures, limit=3):
     parts = []
     for failure in failures[:limit]:
         where = "GPU %s" % failure["gpu"] if failure["gpu"] is not None else "node"
-        parts.append("%s on %s: %s" % (failure["test"], where, _short(failure["message"])))
+        parts.append("%s on %s: %s" % (failure["test"], where, squash(failure["message"], 160)))
     if len(failures) > limit:
         parts.append("and %d more" % (len(failures) - limit))
     return "; ".join(parts)
-
-
-def _short(text, limit=160):
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + "..."

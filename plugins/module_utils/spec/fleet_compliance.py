@@ -30,12 +30,14 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors im
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.regular_file import read_regular
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import toml_compat
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.compliance_checks import NODE_CHECKS
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_matrix import (
     ProfileSelectionError, SpecMatrixError, drift_line, judge_profile, select_profile, summarize, validate_matrix)
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.xid import XidCatalogError
 
-CHECKS = ("spec", "gpu_health", "containerd", "readiness", "isolation")
+# The node checks, in the order they run and are reported (module_utils/spec/compliance_checks.py, the one list).
+CHECKS = NODE_CHECKS
 STATUSES = ("pass", "fail", "error", "skip", "unreachable")
 READINESS_METRIC = "gpu_native_node_validation_last_success_ts_seconds"
 # The agent's textfile is small; refuse to read more than this.

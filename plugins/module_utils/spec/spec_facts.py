@@ -30,6 +30,7 @@ import os
 import re
 import stat
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import first_line
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.nvidia_smi import (
     NvidiaSmiParseError,
@@ -62,13 +63,6 @@ def _legacy_runner(run_command):
         rc, out, err = run_command(argv, timeout)
         return rc, out, err, False, False, 0.0
     return runner
-
-
-def _first_line(text):
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 def _lower_state(value):
@@ -168,7 +162,7 @@ def parse_driver_version_file(text):
 
 def parse_containerd_version(text):
     """Version from ``containerd --version`` (``containerd <repo> 1.7.22 <commit>``)."""
-    words = _first_line(text).split()
+    words = first_line(text).split()
     if len(words) >= 3 and words[0] == "containerd":
         return words[2][1:] if words[2][:1] == "v" and words[2][1:2].isdigit() else words[2]
     for word in words:
@@ -458,7 +452,7 @@ class NodeFacts:
             rc, out, err = result
             parsed = parse_systemctl_show(out)
             if rc != 0 and not parsed:
-                self.notes["services"] = "systemctl show failed: %s" % (_first_line(err) or "rc=%s" % rc)
+                self.notes["services"] = "systemctl show failed: %s" % (first_line(err) or "rc=%s" % rc)
                 return dict((unit, None) for unit in units)
             values = {}
             for unit, props in zip(units, parsed):
@@ -481,7 +475,7 @@ class NodeFacts:
                 version = parse_driver_version_file(text)
                 if version:
                     return {"version": version, "loaded": True, "source": "/proc/driver/nvidia/version"}
-                self.notes["driver"] = "unrecognised /proc/driver/nvidia/version: %s" % _first_line(text)
+                self.notes["driver"] = "unrecognised /proc/driver/nvidia/version: %s" % first_line(text)
                 return {"version": None, "loaded": True, "source": None}
             # nvidia-smi answers only through a loaded driver: where /proc/driver is not visible (a
             # container, a test host replaying captures) its answer is the evidence.
@@ -526,7 +520,7 @@ class NodeFacts:
                 return None
             if result.status == node_tools.FAILED or not out.strip():
                 self.notes["gpu"] = "nvidia-smi failed: %s" % (
-                    _first_line(out) or _first_line(result.stderr) or "rc=%s" % result.rc)
+                    first_line(out) or first_line(result.stderr) or "rc=%s" % result.rc)
                 return None
             try:
                 return self._parse_xml(out)
@@ -599,7 +593,7 @@ class NodeFacts:
                 self._missing("container_toolkit", "NVIDIA Container Toolkit not installed")
             else:
                 self.notes["container_toolkit"] = "nvidia-ctk --version failed: %s" % (
-                    _first_line(result[2]) or _first_line(result[1]) or "rc=%s" % result[0])
+                    first_line(result[2]) or first_line(result[1]) or "rc=%s" % result[0])
             return {"version": None, "source": None}
         return self._cached("container_toolkit", produce)
 
@@ -612,7 +606,7 @@ class NodeFacts:
             rc, out, err = result
             version = parser(out) or parser(err)
             if rc != 0 or not version:
-                self.notes[key] = "%s --version failed: %s" % (name, _first_line(err) or _first_line(out) or "rc=%s" % rc)
+                self.notes[key] = "%s --version failed: %s" % (name, first_line(err) or first_line(out) or "rc=%s" % rc)
                 return None
             return version
         return self._cached(key, produce)

@@ -436,7 +436,7 @@ ONBOARD_VARS = {"onboard_hosts": "all:!localhost", "onboard_become": False, "onb
 
 
 def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, libcuda, llm_ports):
-    """onboard.yml with the node stack switched off: the cordon, the gates and the join, through node_cordon."""
+    """onboard.yml with the node stack switched off: the cordon, the gates and the join, through _node_cordon."""
     (tmp_path / "dcgm-pass.json").write_text(DCGM_PASS)
     registering = [{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"}]
     cases = {"new": HEALTHY, "admin": ADMIN_CORDONED,

@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""signed_repository's pinned keys, run by ansible-playbook on localhost (issue 26, item 3).
+"""_signed_repository's pinned keys, run by ansible-playbook on localhost (issue 26, item 3).
 
 Every path the role writes (keyring, source file) is under tmp_path.  Refusals run the whole role and must
 leave nothing behind: no keyring, no source file, not even the keyring folder.  The accepted key runs the
@@ -22,13 +22,13 @@ import pytest
 from testlib import run_ansible_playbook
 
 PLAYBOOK = """\
-- name: Run signed_repository
+- name: Run _signed_repository
   hosts: localhost
   gather_facts: false
   tasks:
     - name: The role
       ansible.builtin.include_role:
-        name: gpu_native.fleet.signed_repository
+        name: gpu_native.fleet._signed_repository
         tasks_from: "{{ sr_tasks_from }}"
 """
 
@@ -69,14 +69,14 @@ def keys(tmp_path_factory):
 
 def _role_vars(root, **role_vars):
     variables = {
-        "signed_repository_family": "apt",
-        "signed_repository_id": "gpu-native-test",
-        "signed_repository_description": "test repository",
-        "signed_repository_url": "file:///nonexistent/gpu-native-test",
-        "signed_repository_file": str(root / "sources" / "gpu-native-test.list"),
-        "signed_repository_keyring": str(root / "keyrings" / "gpu-native-test.asc"),
-        "signed_repository_what": "the test repository",
-        "signed_repository_fingerprint_variable": "test_repo_key_fingerprint",
+        "_signed_repository_family": "apt",
+        "_signed_repository_id": "gpu-native-test",
+        "_signed_repository_description": "test repository",
+        "_signed_repository_url": "file:///nonexistent/gpu-native-test",
+        "_signed_repository_file": str(root / "sources" / "gpu-native-test.list"),
+        "_signed_repository_keyring": str(root / "keyrings" / "gpu-native-test.asc"),
+        "_signed_repository_what": "the test repository",
+        "_signed_repository_fingerprint_variable": "test_repo_key_fingerprint",
     }
     variables.update(role_vars)
     return variables
@@ -102,7 +102,7 @@ def _run_cases(folder, cases, args=()):
         root = folder / name
         roots[name] = root
         tasks.append({"name": "case " + name, "block": [
-            {"ansible.builtin.include_role": {"name": "gpu_native.fleet.signed_repository", "tasks_from": tasks_from},
+            {"ansible.builtin.include_role": {"name": "gpu_native.fleet._signed_repository", "tasks_from": tasks_from},
              "vars": _role_vars(root, **role_vars)},
             {"ansible.builtin.set_fact": {"results": "{{ results | default({}) | combine({'%s': 'ok'}) }}" % name}},
         ], "rescue": [
@@ -133,19 +133,19 @@ def _recap(result):
 def refusals(keys, tmp_path_factory):
     paths = keys["paths"]
     cases = {
-        "http_url": ("main", {"signed_repository_key_url": "http://127.0.0.1:9/gpgkey",
-                              "signed_repository_key_fingerprint": keys["good_fpr"]}),
-        "ftp_url": ("main", {"signed_repository_key_url": "ftp://127.0.0.1:9/gpgkey",
-                             "signed_repository_key_fingerprint": keys["good_fpr"]}),
-        "https_unpinned": ("main", {"signed_repository_key_url": "https://127.0.0.1:9/gpgkey"}),
-        "malformed_fingerprint": ("main", {"signed_repository_key_url": "file://" + paths["good"],
-                                           "signed_repository_key_fingerprint": "F796ECB0"}),
-        "wrong_fingerprint": ("main", {"signed_repository_key_url": "file://" + paths["good"],
-                                       "signed_repository_key_fingerprint": keys["other_fpr"]}),
-        "two_keys": ("main", {"signed_repository_key_content": open(paths["both"]).read(),
-                              "signed_repository_key_fingerprint": keys["good_fpr"]}),
-        "not_a_key": ("main", {"signed_repository_key_url": "file://" + paths["junk"],
-                               "signed_repository_key_fingerprint": keys["good_fpr"]}),
+        "http_url": ("main", {"_signed_repository_key_url": "http://127.0.0.1:9/gpgkey",
+                              "_signed_repository_key_fingerprint": keys["good_fpr"]}),
+        "ftp_url": ("main", {"_signed_repository_key_url": "ftp://127.0.0.1:9/gpgkey",
+                             "_signed_repository_key_fingerprint": keys["good_fpr"]}),
+        "https_unpinned": ("main", {"_signed_repository_key_url": "https://127.0.0.1:9/gpgkey"}),
+        "malformed_fingerprint": ("main", {"_signed_repository_key_url": "file://" + paths["good"],
+                                           "_signed_repository_key_fingerprint": "F796ECB0"}),
+        "wrong_fingerprint": ("main", {"_signed_repository_key_url": "file://" + paths["good"],
+                                       "_signed_repository_key_fingerprint": keys["other_fpr"]}),
+        "two_keys": ("main", {"_signed_repository_key_content": open(paths["both"]).read(),
+                              "_signed_repository_key_fingerprint": keys["good_fpr"]}),
+        "not_a_key": ("main", {"_signed_repository_key_url": "file://" + paths["junk"],
+                               "_signed_repository_key_fingerprint": keys["good_fpr"]}),
     }
     return _run_cases(tmp_path_factory.mktemp("refusals"), cases)
 
@@ -177,7 +177,7 @@ def test_right_fingerprint_installs_and_the_next_run_does_not_fetch(tmp_path, ke
     source = tmp_path / "published.asc"
     shutil.copy(keys["paths"]["good"], str(source))
     spaced = " ".join(keys["good_fpr"][i:i + 4] for i in range(0, 40, 4)).lower()  # as publishers print it
-    role_vars = {"signed_repository_key_url": "file://" + str(source), "signed_repository_key_fingerprint": spaced}
+    role_vars = {"_signed_repository_key_url": "file://" + str(source), "_signed_repository_key_fingerprint": spaced}
     result, root = _run(tmp_path, tasks_from="key", **role_vars)
     assert result.returncode == 0, result.stdout
     keyring = root / "keyrings" / "gpu-native-test.asc"
@@ -199,18 +199,18 @@ def test_installed_key_with_another_fingerprint_is_replaced_after_the_check(tmp_
     keyring = tmp_path / "root" / "keyrings" / "gpu-native-test.asc"
     keyring.parent.mkdir(parents=True)
     shutil.copy(keys["paths"]["other"], str(keyring))
-    result = _run(tmp_path, tasks_from="key", signed_repository_key_url="file://" + keys["paths"]["good"],
-                  signed_repository_key_fingerprint=keys["good_fpr"])[0]
+    result = _run(tmp_path, tasks_from="key", _signed_repository_key_url="file://" + keys["paths"]["good"],
+                  _signed_repository_key_fingerprint=keys["good_fpr"])[0]
     assert result.returncode == 0, result.stdout
     assert keyring.read_text() == keys["good"]
 
 
 def test_check_mode_checks_the_key_and_installs_nothing(tmp_path, keys):
     cases = {
-        "wrong": ("key", {"signed_repository_key_url": "file://" + keys["paths"]["good"],
-                          "signed_repository_key_fingerprint": keys["other_fpr"]}),
-        "right": ("key", {"signed_repository_key_url": "file://" + keys["paths"]["good"],
-                          "signed_repository_key_fingerprint": keys["good_fpr"]}),
+        "wrong": ("key", {"_signed_repository_key_url": "file://" + keys["paths"]["good"],
+                          "_signed_repository_key_fingerprint": keys["other_fpr"]}),
+        "right": ("key", {"_signed_repository_key_url": "file://" + keys["paths"]["good"],
+                          "_signed_repository_key_fingerprint": keys["good_fpr"]}),
     }
     results = _run_cases(tmp_path, cases, args=["--check"])
     assert "not %s" % keys["other_fpr"] in results["wrong"][0], results["wrong"][0]

@@ -176,13 +176,13 @@ def test_dnf_signature_policy_matches_each_publisher():
 
 
 def test_one_repository_task_file_for_both_roles():
-    """Both roles add their repository through gpu_native.fleet.signed_repository, never on their own."""
+    """Both roles add their repository through gpu_native.fleet._signed_repository, never on their own."""
     for role in (DRIVER, TOOLKIT):
         text = role_text(role)
-        assert "gpu_native.fleet.signed_repository" in text
+        assert "gpu_native.fleet._signed_repository" in text
         for own_copy in ("yum_repository", "--error-on=any", "signed-by=", "get_url"):
             assert own_copy not in text, (role, own_copy)
-    shared = role_text(os.path.join(ROOT, "roles", "signed_repository"))
+    shared = role_text(os.path.join(ROOT, "roles", "_signed_repository"))
     assert "--error-on=any" in shared and "signed-by=" in shared and "repo_gpgcheck" in shared
 
 

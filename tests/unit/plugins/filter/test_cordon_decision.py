@@ -1,4 +1,4 @@
-"""The cordon_decision filter: the face of plugin_utils/cordon_ownership.py for the node_cordon role."""
+"""The cordon_decision filter: the face of plugin_utils/cordon_ownership.py for the _node_cordon role."""
 import pytest
 
 from ansible.errors import AnsibleFilterError

@@ -99,7 +99,7 @@ def test_admin_cordon_is_skipped_with_the_reason():
     assert state == {"node": "gpu-1", "owned": False, "action": "skipped", "holder": co.OUTSIDE,
                      "was_unschedulable": True, "previous_run_id": None,
                      "reason": "cordoned by someone outside gpu_native.fleet, not by preflight: left alone and never "
-                               "uncordoned by this run (set node_cordon_take_over=true to take it over)"}
+                               "uncordoned by this run (set _node_cordon_take_over=true to take it over)"}
     assert patch is None
 
 
@@ -255,7 +255,7 @@ def test_bad_owners_are_refused(owner):
 
 @pytest.mark.parametrize("run_id", ["", "a b", "x" * 129, None, "r\n"])
 def test_bad_run_ids_are_refused(run_id):
-    with pytest.raises(co.CordonError, match="the run id .* Fix: leave node_cordon_run_id unset"):
+    with pytest.raises(co.CordonError, match="the run id .* Fix: leave _node_cordon_run_id unset"):
         co.decide_take(node(), "preflight", run_id, NOW)
 
 

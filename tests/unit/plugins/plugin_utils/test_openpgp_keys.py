@@ -1,4 +1,4 @@
-"""plugin_utils/openpgp_keys: the fingerprints signed_repository pins and reads from gpg's colon listing."""
+"""plugin_utils/openpgp_keys: the fingerprints _signed_repository pins and reads from gpg's colon listing."""
 import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils import openpgp_keys as ok

@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""node_cordon role (take.yml, release.yml) against the real Kubernetes control plane, one simulated host per case.
+"""_node_cordon role (take.yml, release.yml) against the real Kubernetes control plane, one simulated host per case.
 
-Each host takes its node's cordon, records node_cordon_state, then releases it and records node_cordon_released.
+Each host takes its node's cordon, records _node_cordon_state, then releases it and records _node_cordon_released.
 The control plane is the shared upstream one (tests/kube_cluster.py); the Nodes are created through its API with
 names of this run, and the role runs with the token of the upgrades job's ServiceAccount (rbac/upgrades.yml), not
 as admin, so a verb the shipped ClusterRole lacks fails here.
@@ -30,22 +30,22 @@ PLAY = """
   tasks:
     - name: Take
       ansible.builtin.include_role:
-        name: gpu_native.fleet.node_cordon
+        name: gpu_native.fleet._node_cordon
         tasks_from: take.yml
     - name: Record the state
       ansible.builtin.copy:
-        content: "{{ node_cordon_state | to_json }}"
+        content: "{{ _node_cordon_state | to_json }}"
         dest: "%(out)s/{{ inventory_hostname }}.take.json"
         mode: "0644"
       delegate_to: localhost
       check_mode: false
     - name: Release
       ansible.builtin.include_role:
-        name: gpu_native.fleet.node_cordon
+        name: gpu_native.fleet._node_cordon
         tasks_from: release.yml
     - name: Record the release
       ansible.builtin.copy:
-        content: "{{ node_cordon_released | to_json }}"
+        content: "{{ _node_cordon_released | to_json }}"
         dest: "%(out)s/{{ inventory_hostname }}.release.json"
         mode: "0644"
       delegate_to: localhost
@@ -82,7 +82,7 @@ def role_view(obj):
 CASES = {
     "fresh": (node("fresh"), {}),
     "admin": (node("admin", True, {"ops.example.com/reason": "RMA"}), {}),
-    "takeover": (node("takeover", True, {"ops.example.com/reason": "RMA"}), {"node_cordon_take_over": True}),
+    "takeover": (node("takeover", True, {"ops.example.com/reason": "RMA"}), {"_node_cordon_take_over": True}),
     "crashed": (node("crashed", True, our_mark("driver_upgrade", "old-run-1")), {}),
     "foreign": (node("foreign", True, our_mark("mig", "mig-run")), {}),
     "registering": (node("registering", True, taints=[{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"}]),
@@ -110,8 +110,8 @@ class Run(object):
             kubeconfig = plane.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=self.namespace, token=token)
             inventory = {"all": {"hosts": dict(
                 (case, dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                             "node_cordon_node_name": self.names[case], "node_cordon_owner": "driver_upgrade",
-                             "node_cordon_run_id": "run-2"}, **spec[1]))
+                             "_node_cordon_node_name": self.names[case], "_node_cordon_owner": "driver_upgrade",
+                             "_node_cordon_run_id": "run-2"}, **spec[1]))
                 for case, spec in cases.items())}}
             (tmp_path / "inventory.json").write_text(json.dumps(inventory))
             (tmp_path / "play.yml").write_text(PLAY % {"out": self.out})
@@ -168,7 +168,7 @@ def test_an_admin_cordoned_node_is_skipped_with_the_reason_and_stays_cordoned(ru
     state = run.take("admin")
     assert state["action"] == "skipped" and state["owned"] is False
     assert state["holder"] == "someone outside gpu_native.fleet"
-    assert "set node_cordon_take_over=true to take it over" in state["reason"]
+    assert "set _node_cordon_take_over=true to take it over" in state["reason"]
     assert "%s: skipped: cordoned by someone outside gpu_native.fleet" % run.names["admin"] in run.result.stdout
     assert run.release("admin")["released"] is False
     obj = run.node("admin")
@@ -235,7 +235,7 @@ def test_a_second_run_changes_nothing_on_a_held_node(kube_cluster, tmp_path):
 
 
 def test_a_node_the_api_does_not_know_fails_with_the_fix(kube_cluster, tmp_path):
-    cases = {"ghost": (node("ghost"), {"node_cordon_node_name": "no-such-node"})}
+    cases = {"ghost": (node("ghost"), {"_node_cordon_node_name": "no-such-node"})}
     run = Run(kube_cluster, tmp_path, cases)
     try:
         assert run.result.returncode != 0
