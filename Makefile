@@ -22,7 +22,7 @@ export ANSIBLE_HOME := $(abspath $(CACHE))/ansible-home
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test check core-range setup setup-base host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down
+.PHONY: help test check core-range setup setup-base host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down ee
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -111,6 +111,9 @@ lint: venv collection-link ## ansible-lint, production profile, offline
 
 molecule: venv image collection-link ## every Molecule scenario, or SCENARIO=name
 	@tests/tools/run-molecule.sh $(SCENARIO)
+
+ee: build ## the AWX execution environment image localhost/gpu-native/fleet-ee:latest: ansible-builder, no registry, no index in the build (cached by input hash)
+	@tools/ee/build-ee.sh
 
 build: venv ## build the collection tarball into .cache/dist (from the files git would commit)
 	@rm -rf $(CACHE)/build-src && mkdir -p $(CACHE)/build-src $(CACHE)/dist
