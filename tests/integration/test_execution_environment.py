@@ -217,3 +217,42 @@ def test_compliance_job_inside_the_image_as_awx_runs_it(tmp_path, kube_cluster, 
     finally:
         for name in names:
             kube_cluster.request("DELETE", "/api/v1/nodes/" + name)
+
+
+def test_fleet_report_ee_runs_the_job_in_the_image(tmp_path):
+    """tools/fleet_report.py --ee IMAGE: the same per-host lines and exit status, from inside the image."""
+    _make_ee()
+    os.chmod(str(tmp_path), 0o755)
+    fleet = tmp_path / "fleet"
+    inventory, drifting = bench.build_fleet(str(fleet), 2, 2)
+    assert list(drifting) == ["node002"]
+    with open(inventory) as handle:
+        data = json.load(handle)
+    for host in data["all"]["children"]["gpu_nodes"]["hosts"].values():
+        host["ansible_python_interpreter"] = "{{ ansible_playbook_python }}"
+        host["compliance_environment"]["PATH"] = str(fleet / "bin") + os.pathsep + EE_PATH
+    with open(inventory, "w") as handle:
+        json.dump(data, handle)
+    html = tmp_path / "report.html"
+    mounts = []
+    for path in (str(fleet), os.path.join(REPO, "tests", "standins"), os.path.join(REPO, "tests", "fixtures")):
+        mounts += ["--ee-volume", path]
+    proc = subprocess.run([os.path.join(BIN, "python"), os.path.join(REPO, "tools", "fleet_report.py"),
+                           "-i", inventory, "--ee", IMAGE, "--html", str(html)] + mounts,
+                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False, timeout=600)
+    out = proc.stdout.decode("utf-8", "replace")
+    assert proc.returncode == 1, out
+    lines = out.splitlines()
+    assert any(line.startswith("node001") and "compliant" in line for line in lines), out
+    assert any(line.startswith("node002") and "DRIFT" in line and "spec=fail" in line for line in lines), out
+    assert "2 host(s): 1 compliant, failed: node002, unreachable: none" in out
+    assert "<svg" in html.read_text()
+
+
+def test_fleet_report_ee_volume_needs_ee(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all: {}\n")
+    proc = subprocess.run([os.path.join(BIN, "python"), os.path.join(REPO, "tools", "fleet_report.py"),
+                           "-i", str(inventory), "--ee-volume", "/tmp"], env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, check=False)
+    assert proc.returncode == 2 and "--ee-volume needs --ee IMAGE" in proc.stdout.decode()
