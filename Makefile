@@ -27,13 +27,14 @@ export PY_COLORS := 0
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, molecule, integration (prints each suite's wall time)
+test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, the EE image, molecule, integration (prints each suite's wall time)
 	@tests/tools/kube-build-background.sh start
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
 	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
 	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
 	@tests/tools/timed lint $(MAKE) --no-print-directory lint
+	@tests/tools/timed ee $(MAKE) --no-print-directory ee
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed kube-build tests/tools/kube-build-background.sh wait
 	@tests/tools/timed integration $(MAKE) --no-print-directory integration
