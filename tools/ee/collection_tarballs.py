@@ -54,8 +54,8 @@ def build(fqcn, outdir):
     work = tempfile.mkdtemp(prefix="ee-collection-")
     try:
         src = os.path.join(work, "src")
-        shutil.copytree(root, src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "MANIFEST.json",
-                                                                  "FILES.json"))
+        skip = shutil.ignore_patterns("__pycache__", "*.pyc", "MANIFEST.json", "FILES.json")
+        shutil.copytree(root, src, ignore=skip)
         with open(os.path.join(src, "galaxy.yml"), "w") as handle:
             yaml.safe_dump(galaxy_yml(info), handle, default_flow_style=False)
         out = os.path.join(work, "out")
