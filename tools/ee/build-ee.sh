@@ -3,6 +3,9 @@
 #
 #   tools/ee/build-ee.sh [--force]          (`make ee` runs it after `make build`)
 #
+# --force rebuilds both images without podman's layer cache (a fresh build; debootstrap only when the rootfs
+# image is missing, as the test-host images have it).
+#
 #   1. base: localhost/gpu-native/ee-base:latest, FROM the debootstrap import of Debian 12 that the test-host
 #      images use (localhost/gpu-native/debian12-rootfs, made here by debootstrap when missing, exactly as
 #      tests/images/build-debian12.sh does) plus tools/ee/Containerfile.base (pip, venv, ssh: Debian's archive).
@@ -41,7 +44,7 @@ fi
 base_hash="$({ cat "$here/Containerfile.base"; podman image inspect --format '{{ .Id }}' "$rootfs_image"; } \
   | sha256sum | cut -c1-16)"
 if [[ "$force" == "--force" || "$(label "$base_image")" != "$base_hash" ]]; then
-  podman build --build-arg "BASE_IMAGE=$rootfs_image" --label "gpu-native.inputs=$base_hash" \
+  podman build ${force:+--no-cache} --build-arg "BASE_IMAGE=$rootfs_image" --label "gpu-native.inputs=$base_hash" \
     -f "$here/Containerfile.base" -t "$base_image" "$here"
 else
   echo "EE base image $base_image is up to date ($base_hash)"
@@ -82,6 +85,6 @@ if [[ "$force" != "--force" && "$(label "$image")" == "$ee_hash" ]]; then
   echo "execution environment $image is up to date ($ee_hash)"
   exit 0
 fi
-"$venv/bin/ansible-builder" build --container-runtime podman -f "$repo/execution-environment.yml" \
+"$venv/bin/ansible-builder" build ${force:+--no-cache} --container-runtime podman -f "$repo/execution-environment.yml" \
   -c "$cache/context" -t "$image" --extra-build-cli-args "--label gpu-native.inputs=$ee_hash" -v 2
 echo "built $image ($ee_hash)"
