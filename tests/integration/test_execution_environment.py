@@ -162,7 +162,7 @@ def _compliance_in_image_and_on_host(tmp_path, kubeconfig, prefix):
          "--container-volume-mount", "%s:%s:ro" % (kubeconfig, kubeconfig),
          "--container-volume-mount", "%s:%s:ro" % (standins, standins),
          "--container-volume-mount", "%s:%s:ro" % (captures, captures)],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False, timeout=600)
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False, timeout=1200)
     out = proc.stdout.decode("utf-8", "replace")
     artifacts = os.path.join(pdd, "artifacts", "job-1")
     with open(os.path.join(artifacts, "status")) as handle:
@@ -243,7 +243,7 @@ def test_fleet_report_ee_runs_the_job_in_the_image(tmp_path):
         mounts += ["--ee-volume", path]
     proc = subprocess.run([os.path.join(BIN, "python"), os.path.join(REPO, "tools", "fleet_report.py"),
                            "-i", inventory, "--ee", IMAGE, "--html", str(html)] + mounts,
-                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False, timeout=600)
+                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False, timeout=1200)
     out = proc.stdout.decode("utf-8", "replace")
     assert proc.returncode == 1, out
     lines = out.splitlines()
