@@ -22,18 +22,19 @@ export ANSIBLE_HOME := $(abspath $(CACHE))/ansible-home
 export ANSIBLE_NOCOLOR := 1
 export PY_COLORS := 0
 
-.PHONY: help test check core-range setup setup-base host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down
+.PHONY: help test check core-range setup setup-base host venv image collection-link unit integration sanity lint molecule clean build timings demo demo-clean fuzz kube-build kube-up kube-down ee
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, molecule, integration (prints each suite's wall time)
+test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, the EE image, molecule, integration (prints each suite's wall time)
 	@tests/tools/kube-build-background.sh start
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
 	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
 	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
 	@tests/tools/timed lint $(MAKE) --no-print-directory lint
+	@tests/tools/timed ee $(MAKE) --no-print-directory ee
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed kube-build tests/tools/kube-build-background.sh wait
 	@tests/tools/timed integration $(MAKE) --no-print-directory integration
@@ -112,6 +113,9 @@ lint: venv collection-link ## ansible-lint, production profile, offline
 
 molecule: venv image collection-link ## every Molecule scenario, or SCENARIO=name
 	@tests/tools/run-molecule.sh $(SCENARIO)
+
+ee: build ## the AWX execution environment image localhost/gpu-native/fleet-ee:latest: ansible-builder, no registry, no index in the build (cached by input hash)
+	@tools/ee/build-ee.sh
 
 build: venv ## build the collection tarball into .cache/dist (from the files git would commit)
 	@rm -rf $(CACHE)/build-src && mkdir -p $(CACHE)/build-src $(CACHE)/dist

@@ -3,8 +3,16 @@
 
     .venv/bin/python tools/fleet_report.py -i INVENTORY [--limit PATTERN] [--forks N] [--html FILE]
                                             [--json FILE] [--junit FILE] [-e KEY=VALUE ...]
+                                            [--ee IMAGE [--ee-volume SRC[:DST[:OPTIONS]] ...]]
 
 Prints one line per host as its checks finish, then a table of hosts and checks.
+With --ee IMAGE the run happens inside that execution environment (`make ee` builds
+localhost/gpu-native/fleet-ee:latest) the way AWX runs a job on a podman execution node: ansible-runner with
+process isolation, the container started `--user=root` (AWX's own container option), here also
+`--network=host`; the project (playbooks/) and the inventory are copied into the runner's private data
+directory (/runner/project, /runner/inventory), the collection is the one installed in the image, and the
+reports are written to /runner/artifacts/compliance.  Files the inventory names on this machine (SSH keys, a
+kubeconfig) must be mounted with --ee-volume.
 Exit status: 0 when every host is compliant and none is unreachable, 1 otherwise, 2 when the run itself
 could not produce a report (bad inventory, playbook error).
 """
@@ -75,6 +83,32 @@ def artifact_data(runner):
     return {}
 
 
+def ee_kwargs(image, volumes, private, inventory):
+    """ansible_runner.run() arguments for a run inside the execution environment `image`, laid out as AWX lays
+    out a job: the project under /runner/project, the inventory under /runner/inventory."""
+    shutil.copytree(os.path.join(REPO, "playbooks"), os.path.join(private, "project", "playbooks"))
+    target = os.path.join(private, "inventory")
+    if os.path.isdir(inventory):
+        shutil.copytree(inventory, target)
+    else:
+        os.makedirs(target)
+        shutil.copyfile(inventory, os.path.join(target, os.path.basename(inventory)))
+    mounts = []
+    for volume in volumes:
+        parts = volume.split(":")
+        if len(parts) > 3 or not parts[0] or not os.path.isabs(parts[0]):
+            raise SystemExit("--ee-volume takes an absolute SRC[:DST[:OPTIONS]], got %r" % volume)
+        if not os.path.exists(parts[0]):
+            raise SystemExit("--ee-volume %s: the source does not exist" % parts[0])
+        mounts.append(":".join([parts[0], parts[1] if len(parts) > 1 and parts[1] else parts[0],
+                                parts[2] if len(parts) > 2 else "ro"]))
+    return {"playbook": "playbooks/compliance.yml", "process_isolation": True,
+            "process_isolation_executable": "podman", "container_image": image,
+            # AWX starts job containers with --user=root (awx/main/tasks/jobs.py,
+            # build_execution_environment_params); the host network reaches what this machine reaches
+            "container_options": ["--user=root", "--network=host"], "container_volume_mounts": mounts}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
@@ -84,9 +118,17 @@ def main(argv=None):
     parser.add_argument("--json", dest="json_out", help="write the JSON report here")
     parser.add_argument("--junit", help="write the JUnit XML report here")
     parser.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--ee", metavar="IMAGE", help="run inside this execution environment image (podman)")
+    parser.add_argument("--ee-volume", action="append", default=[], metavar="SRC[:DST[:OPTIONS]]",
+                        help="with --ee: mount this path into the container (DST defaults to SRC, read-only)")
     args = parser.parse_args(argv)
     if not os.path.exists(args.inventory):
         parser.error("inventory %s does not exist" % args.inventory)
+    if args.ee_volume and not args.ee:
+        parser.error("--ee-volume needs --ee IMAGE")
+    if args.ee and not shutil.which("podman"):
+        sys.stderr.write("--ee needs podman, which is not on PATH. Fix: install podman (or run without --ee)\n")
+        return 2
     try:
         import ansible_runner  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -95,18 +137,27 @@ def main(argv=None):
 
     work = tempfile.mkdtemp(prefix="fleet-report-")
     try:
-        reports = os.path.join(work, "reports")
-        extravars = {"compliance_report_dir": reports}
+        private = os.path.join(work, "runner")
+        os.makedirs(private)
+        if args.ee:
+            reports = os.path.join(private, "artifacts", "compliance")
+            extravars = {"compliance_report_dir": "/runner/artifacts/compliance"}
+        else:
+            reports = os.path.join(work, "reports")
+            extravars = {"compliance_report_dir": reports}
         for item in args.extra_var:
             key, sep, value = item.partition("=")
             if not sep or not key:
                 parser.error("-e takes KEY=VALUE, got %r" % item)
             extravars[key] = value
         envvars = {}
-        link = os.path.join(REPO, ".cache", "collections")
-        if "ANSIBLE_COLLECTIONS_PATH" not in os.environ and os.path.isdir(link):
-            envvars["ANSIBLE_COLLECTIONS_PATH"] = link
-        os.makedirs(os.path.join(work, "runner"))
+        if args.ee:
+            kwargs = ee_kwargs(args.ee, args.ee_volume, private, args.inventory)
+        else:
+            link = os.path.join(REPO, ".cache", "collections")
+            if "ANSIBLE_COLLECTIONS_PATH" not in os.environ and os.path.isdir(link):
+                envvars["ANSIBLE_COLLECTIONS_PATH"] = link
+            kwargs = {"playbook": PLAYBOOK, "inventory": os.path.abspath(args.inventory)}
 
         def on_event(event):
             line = progress_line(event)
@@ -115,9 +166,8 @@ def main(argv=None):
             return True
 
         runner = ansible_runner.run(
-            private_data_dir=os.path.join(work, "runner"), playbook=PLAYBOOK,
-            inventory=os.path.abspath(args.inventory), limit=args.limit, forks=args.forks, extravars=extravars,
-            envvars=envvars, event_handler=on_event, quiet=True)
+            private_data_dir=private, limit=args.limit, forks=args.forks, extravars=extravars,
+            envvars=envvars, event_handler=on_event, quiet=True, **kwargs)
         report = os.path.join(reports, "compliance.json")
         if not os.path.isfile(report):
             sys.stderr.write("the compliance run wrote no report (status %s). Its output:\n%s\n"
