@@ -788,7 +788,7 @@ class NodeHistory:
                 elif obj.get("metadata", {}).get("name") in self.nodes:
                     self._record({"ADDED": "created", "MODIFIED": "changed", "DELETED": "deleted"}[event["type"]],
                                  obj)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, AttributeError) as exc:  # AttributeError: http.client once closed under it
             if not self._stop.is_set():
                 self.errors.append(repr(exc))
 
