@@ -453,12 +453,26 @@ class KubeletStandin:
     not-ready taint and the scheduler may place pods; each pod bound to one of them Running with Ready=True (what
     a PodDisruptionBudget counts as healthy), pods in `pending` (namespace/name) left Pending; and a pod deleted
     gracefully (a deletionTimestamp) removed with gracePeriodSeconds=0, as a kubelet does once the containers
-    have stopped (unless `finalize` is false).  Use as a context manager: the thread stops at exit."""
+    have stopped (unless `finalize` is false).  A pod that finished (Succeeded, Failed) is left as it is, as a
+    kubelet leaves it.  Use as a context manager: the thread stops at exit.
 
-    def __init__(self, plane, nodes, gpus=8, interval=0.3, pending=(), finalize=True):
+    `resources`: {node: {resource: quantity}} that node reports instead of the default capacity (what its device
+    plugin would advertise: 7 GPUs, MIG resources...).  `pod_ip`: the podIP written (a test that serves the pod's
+    port on 127.0.0.1 passes "127.0.0.1").  `waiting`: {node: (reason, message)}: that node's pods stay Pending
+    with every container waiting for that reason (an image that cannot be pulled).  `events`: also write the
+    Events a kubelet writes for a pod it starts (Pulling, Pulled, Created, Started) or cannot start (Failed)."""
+
+    def __init__(self, plane, nodes, gpus=8, interval=0.3, pending=(), finalize=True, resources=None,
+                 pod_ip="10.244.0.10", waiting=None, events=False, waiting_namespace=None):
         import threading  # pylint: disable=import-outside-toplevel
         self.plane, self.nodes, self.gpus, self.interval = plane, list(nodes), gpus, interval
         self.pending = set(pending)
+        self.resources = dict(resources or {})
+        self.pod_ip = pod_ip
+        self.waiting = dict(waiting or {})
+        self.waiting_namespace = waiting_namespace  # `waiting` holds for the pods of this namespace only (if set)
+        self.events = events
+        self._seen = set()  # uids of the pods this stand-in has started (or failed to), for the Events
         self.finalize = finalize  # False: a kubelet whose containers never stop (pods stay terminating)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kubelet-standin", daemon=True)
@@ -492,6 +506,7 @@ class KubeletStandin:
             self._last_heartbeat = time.monotonic()
         for node in self.nodes:
             resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(self.gpus)}
+            resources.update(self.resources.get(node, {}))
             if heartbeat:
                 self._post_node_status(node, resources, now)
             self._sync_pods(node, now)
@@ -517,18 +532,353 @@ class KubeletStandin:
                     self.plane.request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions",
                                                         "gracePeriodSeconds": 0,
                                                         "preconditions": {"uid": meta["uid"]}})
+                elif pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    continue  # a kubelet does not start a finished pod again
+                elif node in self.waiting and "%s/%s" % (meta["namespace"], meta["name"]) not in self.pending \
+                        and self.waiting_namespace in (None, meta["namespace"]):
+                    self._wait_pod(node, pod, path, now)
                 elif pod.get("status", {}).get("phase") != "Running" and \
                         "%s/%s" % (meta["namespace"], meta["name"]) not in self.pending:
                     ready = [{"type": kind, "status": "True", "lastTransitionTime": now}
                              for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
                     status = {"status": {
-                        "phase": "Running", "conditions": ready, "startTime": now, "podIP": "10.244.0.10",
+                        "phase": "Running", "conditions": ready, "startTime": now, "podIP": self.pod_ip,
                         "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "",
                                                "ready": True, "restartCount": 0, "started": True,
                                                "state": {"running": {"startedAt": now}}}
                                               for c in pod["spec"]["containers"]]}}
+                    self._event_once(pod, node, [("Pulling", 'Pulling image "%s"'), ("Pulled", None),
+                                                 ("Created", "Created container %s"),
+                                                 ("Started", "Started container %s")], now)
                     self.plane.request("PATCH", path + "/status", status,
                                        content_type="application/strategic-merge-patch+json")
+
+    def _wait_pod(self, node, pod, path, now):
+        """Pending, every container waiting for the node's `waiting` reason (a kubelet that cannot pull)."""
+        reason, message = self.waiting[node]
+        if pod.get("status", {}).get("containerStatuses"):
+            return
+        status = {"status": {
+            "phase": "Pending", "startTime": now, "podIP": self.pod_ip,
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                           {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                            "lastTransitionTime": now}],
+            "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": False,
+                                   "restartCount": 0, "started": False,
+                                   "state": {"waiting": {"reason": reason, "message": message % c}}}
+                                  for c in pod["spec"]["containers"]]}}
+        self._event_once(pod, node, [("Pulling", 'Pulling image "%s"'), ("Failed", message)], now)
+        self.plane.request("PATCH", path + "/status", status, content_type="application/strategic-merge-patch+json")
+
+    def _event_once(self, pod, node, events, now):
+        """The kubelet's Events about starting `pod` (type Normal; Failed is Warning), written once per pod.
+
+        Each message is formatted with the container (`image`, `name`), as the kubelet's are: 'Pulling image
+        "<image>"', 'Successfully pulled image ...', 'Created container <name>', 'Started container <name>'."""
+        meta = pod["metadata"]
+        if not self.events or meta["uid"] in self._seen:
+            return False
+        self._seen.add(meta["uid"])
+        for container in pod["spec"]["containers"]:
+            for reason, message in events:
+                if reason == "Pulled":
+                    text = 'Successfully pulled image "%s"' % container["image"]
+                elif reason in ("Pulling",):
+                    text = message % container["image"]
+                elif reason == "Failed":
+                    text = message % container
+                else:
+                    text = message % container["name"]
+                self.plane.request("POST", "/api/v1/namespaces/%s/events" % meta["namespace"], {
+                    "apiVersion": "v1", "kind": "Event",
+                    "metadata": {"generateName": meta["name"] + "."},
+                    "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"],
+                                       "name": meta["name"], "uid": meta["uid"],
+                                       "fieldPath": "spec.containers{%s}" % container["name"]},
+                    "reason": reason, "message": text, "type": "Warning" if reason == "Failed" else "Normal",
+                    "source": {"component": "kubelet", "host": node}, "firstTimestamp": now,
+                    "lastTimestamp": now, "count": 1})
+        return True
+
+
+# --- objects a test puts on the control plane (as admin), and removes again --------------------------------------
+SEED_POD_LABEL = "gpu-native.io/test-seed-pod"  # the label by which a seeded pod's real controller adopts it
+NOWHERE = {"gpu-native.io/test": "nowhere"}  # a nodeSelector no node matches: a controller's own pods stay Pending
+
+
+class Seed:
+    """Nodes, namespaces and pods a test starts from, created through the real API as admin; `cleanup()` removes them.
+
+    Written the way the tests used to seed the API stand-in (plain object dicts), with what a real server needs:
+    - namespaces are per test: ``ns("ml")`` creates ``ml-<random>`` once (its default ServiceAccount exists) and
+      the test keeps using the short name (``logical()`` maps back);
+    - a Node is created from metadata and spec; its status (allocatable...) is what `KubeletStandin` reports;
+    - a pod's ``status.phase`` Succeeded or Failed is written through the status subresource (the API creates
+      every pod Pending); Running pods are made Running and Ready by a `KubeletStandin` for their node;
+    - a pod's controller ownerReference (ReplicaSet, Job, DaemonSet...) becomes a real owner: the garbage collector
+      deletes a pod whose owner does not exist, so a real ReplicaSet (a DaemonSet for kind DaemonSet) is created
+      after the pod, selecting it by the label ``gpu-native.io/test-seed-pod``, and adopts it.  The owners'
+      own pods, if any, have nowhere to run (`NOWHERE`): a ReplicaSet replaces an evicted pod with a Pending one,
+      which is what a real ReplicaSet does; only pods bound to a node are the node's pods.  A finished pod is
+      seeded without its owner (controllers adopt only active pods)."""
+
+    def __init__(self, plane):
+        self.plane = plane
+        self.namespaces = {}  # short name -> the namespace created for this test
+        self.nodes = []
+        self.pods = []  # (namespace, name) as created
+
+    def ns(self, logical):
+        if logical not in self.namespaces:
+            prefix = re.sub(r"[^a-z0-9-]", "-", logical.lower())[:40].strip("-") + "-"
+            self.namespaces[logical] = self.plane.create_namespace(prefix=prefix)
+        return self.namespaces[logical]
+
+    def logical(self, namespace):
+        for short, real in self.namespaces.items():
+            if real == namespace:
+                return short
+        return namespace
+
+    def node(self, obj):
+        name = obj["metadata"]["name"]
+        if self.plane.request("DELETE", "/api/v1/nodes/" + name)[0] == 200:  # one an earlier test left behind
+            self.plane.wait_for("the old node %s to go" % name,
+                                lambda: self.plane.request("GET", "/api/v1/nodes/" + name)[0] == 404)
+        meta = {key: obj["metadata"][key] for key in ("name", "labels", "annotations") if obj["metadata"].get(key)}
+        spec = {key: value for key, value in obj.get("spec", {}).items() if value not in (None, [], {}, False)}
+        self.plane.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec})
+        self.nodes.append(name)
+        return name
+
+    def pod(self, obj):
+        obj = json.loads(json.dumps(obj))
+        meta = obj["metadata"]
+        namespace = self.ns(meta.get("namespace", "default"))
+        owners = [ref for ref in meta.pop("ownerReferences", []) if ref.get("controller")]
+        status = obj.get("status", {})
+        if status.get("phase") in ("Succeeded", "Failed"):
+            owners = []  # no ReplicaSet or DaemonSet adopts a finished pod: it is seeded without its owner
+        if owners:
+            meta.setdefault("labels", {})[SEED_POD_LABEL] = meta["name"]
+        status = obj.pop("status", {})
+        meta["namespace"] = namespace
+        self.plane.api("POST", "/api/v1/namespaces/%s/pods" % namespace, obj)
+        path = "/api/v1/namespaces/%s/pods/%s" % (namespace, meta["name"])
+        if status.get("phase") in ("Succeeded", "Failed"):
+            self.plane.api("PATCH", path + "/status", {"status": {"phase": status["phase"]}},
+                           content_type="application/merge-patch+json")
+        if owners:
+            self._owner(namespace, meta["name"], owners[0]["kind"], obj["spec"].get("nodeName"))
+            self.plane.wait_for("%s to be adopted by its %s" % (path, owners[0]["kind"]), lambda: any(
+                ref.get("controller") for ref in self.plane.api("GET", path)["metadata"].get("ownerReferences", [])))
+        self.pods.append((namespace, meta["name"]))
+        return namespace, meta["name"]
+
+    def _owner(self, namespace, pod, kind, node):
+        selector = {SEED_POD_LABEL: pod}
+        template = {"metadata": {"labels": selector},
+                    "spec": {"containers": [{"name": "c", "image": "example.invalid/owner:1"}]}}
+        name = re.sub(r"[^a-z0-9-]", "-", pod)[:50].strip("-") + "-owner"
+        if kind == "DaemonSet":
+            # the node's daemon pod is the seeded one; OnDelete: the controller never replaces it by itself
+            template["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+            self.plane.api("POST", "/apis/apps/v1/namespaces/%s/daemonsets" % namespace, {
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
+                "spec": {"selector": {"matchLabels": selector}, "template": template,
+                         "updateStrategy": {"type": "OnDelete"}}})
+        else:
+            template["spec"]["nodeSelector"] = dict(NOWHERE)
+            self.plane.api("POST", "/apis/apps/v1/namespaces/%s/replicasets" % namespace, {
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name},
+                "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}})
+
+    def namespaced(self, obj):
+        """Any other namespaced object (a PodDisruptionBudget, a DaemonSet...) in its test namespace."""
+        obj = json.loads(json.dumps(obj))
+        group_version = obj["apiVersion"]
+        base = "/api/v1" if group_version == "v1" else "/apis/" + group_version
+        plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
+        namespace = self.ns(obj["metadata"].get("namespace", "default"))
+        obj["metadata"]["namespace"] = namespace
+        return self.plane.api("POST", "%s/namespaces/%s/%s" % (base, namespace, plural), obj)
+
+    def bound_pods(self, node=None):
+        """["<short namespace>/<name>"] of the pods bound to `node` (default: to any node of this seed)."""
+        nodes = [node] if node else self.nodes
+        found = []
+        for name in nodes:
+            answer = self.plane.api("GET", "/api/v1/pods?fieldSelector=spec.nodeName%%3D%s" % name)
+            found.extend("%s/%s" % (self.logical(p["metadata"]["namespace"]), p["metadata"]["name"])
+                         for p in answer["items"] if p["metadata"]["namespace"] in self.namespaces.values())
+        return sorted(found)
+
+    def cleanup(self):
+        """Delete the namespaces (no new pod can start in them from then on), their pods at once (no kubelet
+        may be left to finalize them: a pod bound to a node would otherwise wait for one), then the nodes."""
+        for namespace in self.namespaces.values():
+            self.plane.delete_namespace(namespace)
+        for namespace in self.namespaces.values():
+            self.plane.request("DELETE", "/api/v1/namespaces/%s/pods?gracePeriodSeconds=0" % namespace)
+        for node in self.nodes:
+            self.plane.request("DELETE", "/api/v1/nodes/" + node)
+
+
+class NodeHistory:
+    """A watch on the Nodes named `nodes`, in a thread, for as long as the context lasts: one entry per creation,
+    deletion, or change of `spec.unschedulable` or of a `gpu-native.io/` annotation (what a cordon and its marks
+    change), as {"node", "event": created|changed|deleted, "unschedulable", "annotations"}, in the API's order.
+    ``entries`` holds them; a watch answer that is not an event is kept in ``errors``."""
+
+    def __init__(self, plane, nodes):
+        import threading  # pylint: disable=import-outside-toplevel
+        self.plane, self.nodes = plane, set(nodes)
+        self.entries, self.errors = [], []
+        self._views = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._response = None
+        self._thread = threading.Thread(target=self._watch, name="node-history", daemon=True)
+
+    @staticmethod
+    def _view(node):
+        annotations = {key: value for key, value in sorted((node["metadata"].get("annotations") or {}).items())
+                       if key.startswith("gpu-native.io/")}
+        return bool(node.get("spec", {}).get("unschedulable")), annotations
+
+    def __enter__(self):
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise AssertionError("the node watch did not start: %s" % self.errors)
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._response is not None:
+            try:
+                self._response.close()
+            except OSError:
+                pass
+        self._thread.join(timeout=10)
+
+    def _watch(self):
+        listing = self.plane.api("GET", "/api/v1/nodes")
+        for node in listing["items"]:
+            if node["metadata"]["name"] in self.nodes:
+                self._record("created", node)
+        url = self.plane.url + "/api/v1/nodes?watch=true&resourceVersion=%s&timeoutSeconds=1800" % \
+            listing["metadata"]["resourceVersion"]
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        try:
+            self._response = urllib.request.urlopen(request, timeout=1800, context=self.plane._ssl)  # pylint: disable=protected-access,consider-using-with
+        except OSError as exc:
+            self.errors.append(repr(exc))
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            for line in self._response:
+                if self._stop.is_set():
+                    break
+                event = json.loads(line)
+                obj = event.get("object", {})
+                if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+                    self.errors.append(event)
+                elif obj.get("metadata", {}).get("name") in self.nodes:
+                    self._record({"ADDED": "created", "MODIFIED": "changed", "DELETED": "deleted"}[event["type"]],
+                                 obj)
+        except (OSError, ValueError, AttributeError) as exc:  # AttributeError: http.client once closed under it
+            if not self._stop.is_set():
+                self.errors.append(repr(exc))
+
+    def _record(self, event, node):
+        name = node["metadata"]["name"]
+        view = self._view(node) if event != "deleted" else (False, {})
+        if event == "changed" and self._views.get(name) == view:
+            return
+        self._views[name] = view
+        self.entries.append({"node": name, "event": event, "unschedulable": view[0], "annotations": view[1]})
+
+    def max_cordoned(self, ignore=()):
+        """The most nodes unschedulable at the same time (those in `ignore` not counted)."""
+        cordoned, most = set(), 0
+        for entry in self.entries:
+            (cordoned.add if entry["unschedulable"] else cordoned.discard)(entry["node"])
+            most = max(most, len(cordoned - set(ignore)))
+        return most
+
+
+# --- an outage in front of the API: a TCP relay, not a model of the API -------------------------------------------
+class OutageRelay:
+    """A TCP relay on 127.0.0.1 in front of the real API server: bytes go through unchanged (TLS included, the
+    server's certificate names 127.0.0.1).  Once the file `trigger` exists the relay closes its listening socket and
+    every connection, so clients get "Connection refused", as when an API server goes away; ``outage_done`` is set
+    then.  ``url`` is the relay's address, for a kubeconfig."""
+
+    def __init__(self, target_url, trigger):
+        import threading  # pylint: disable=import-outside-toplevel
+        host_port = target_url.split("://", 1)[1]
+        self.target = (host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1]))
+        self.trigger = trigger
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        self.url = "https://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.outage_done = threading.Event()
+        self._threading = threading
+        self._connections = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, name="outage-relay", daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not os.path.exists(self.trigger):
+            try:
+                client, _addr = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._connections += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                self._threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+        self.stop()
+
+    @staticmethod
+    def _pipe(source, sink):
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self):
+        self.listener.close()
+        with self._lock:
+            for sock in self._connections:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+            self._connections = []
+        self.outage_done.set()
 
 
 # --- the collection's RBAC (rbac/*.yml), a service account per job, a kubeconfig from its token -----------------
@@ -605,6 +955,13 @@ def job_credentials(plane, job, namespace, namespaces=(), expiration=3600):
         return status == 201 and review.get("status", {}).get("allowed")
     plane.wait_for("the ClusterRoleBinding %s to be honoured" % binding, honoured, timeout=30)
     return token, ["/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + binding]
+
+
+def job_kubeconfig(plane, job, path, namespace, namespaces=()):
+    """`job_credentials` written as a kubeconfig at `path` (for fixtures wider than one test, which cannot use the
+    function-scoped ``kube_job_kubeconfig``).  Returns (path, cluster-scoped object paths to delete afterwards)."""
+    token, cleanup = job_credentials(plane, job, namespace, namespaces)
+    return plane.write_kubeconfig(path, namespace=namespace, token=token), cleanup
 
 
 def _die_with_parent():

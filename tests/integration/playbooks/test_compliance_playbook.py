@@ -11,6 +11,8 @@ import xml.etree.ElementTree as ET
 import ansible_runner
 import pytest
 
+from kube_cluster import Seed
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _SPEC = importlib.util.spec_from_file_location("fleet_bench", os.path.join(REPO, "benchmarks", "fleet_compliance.py"))
 bench = importlib.util.module_from_spec(_SPEC)
@@ -125,17 +127,21 @@ def test_benchmark_runs_with_a_small_fleet(hosts, tmp_path):
         assert result[key] is not None
 
 
-def test_device_plugin_count_from_the_api_joins_gpu_health(tmp_path):
-    """With compliance_kubeconfig, the node object's nvidia.com/gpu allocatable is checked against the GPUs."""
-    import sys
-    sys.path.insert(0, os.path.join(REPO, "tests", "integration", "roles"))
-    from standin_helpers import start_k8s_standin  # pylint: disable=import-error,import-outside-toplevel
+def test_device_plugin_count_from_the_api_joins_gpu_health(tmp_path, kube_cluster, kube_job_kubeconfig):
+    """With compliance_kubeconfig, the node object's nvidia.com/gpu allocatable is checked against the GPUs.
 
+    The Nodes are on the real control plane (tests/kube_cluster.py), their allocatable written through the status
+    subresource as a kubelet would; the playbook reads them as the compliance job (rbac/compliance.yml)."""
     counts = (("node001", "8"), ("node002", "7"))
-    seed = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-             "status": {"allocatable": {"nvidia.com/gpu": count}}} for name, count in counts]
-    server, kubeconfig = start_k8s_standin(tmp_path, seed)
+    seed = Seed(kube_cluster)
     try:
+        for name, count in counts:
+            seed.node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+            resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": count}
+            kube_cluster.api("PATCH", "/api/v1/nodes/%s/status" % name,
+                             {"status": {"capacity": resources, "allocatable": resources}},
+                             content_type="application/merge-patch+json")
+        kubeconfig = kube_job_kubeconfig("compliance")
         fleet = tmp_path / "fleet"
         fleet.mkdir()
         inventory, drifting = bench.build_fleet(str(fleet), 2, 100)
@@ -147,7 +153,7 @@ def test_device_plugin_count_from_the_api_joins_gpu_health(tmp_path):
             envvars=dict((k, env[k]) for k in ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH",
                                                "PATH")))
     finally:
-        server.stop()
+        seed.cleanup()
     assert drifting == {}
     assert _failed_hosts(result) == ["node002"]
     failing = _artifact_data(result)["compliance_failing"]

@@ -1,7 +1,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """preflight role, hardware gate, bandwidth part: the nvbandwidth stand-in replays real (and one derived) outputs.
 
-One ansible-playbook run over five simulated nodes (the fixtures and stand-ins of test_preflight_role.py):
+One ansible-playbook run over five simulated nodes (the fixtures and stand-ins of test_preflight_role.py, the real
+control plane):
 bandwidth passes; one pair is low (the gate fails naming the pair); nvbandwidth is missing (a skip whose reason
 stays in the gate's reasons); missing while required (a failure); a threshold override with an unknown key
 (refused, naming its path).
@@ -14,9 +15,7 @@ import pytest
 import testlib
 
 sys.path.insert(0, os.path.dirname(__file__))
-from standin_helpers import api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
-from test_preflight_role import (GPU_OPERATOR_NS, PLUGIN_POD, STANDINS, host_vars, node_for,  # noqa: E402
-                                 node_name, node_object, pod_for)
+from test_preflight_role import PLUGIN_POD, STANDINS, run_fleet  # noqa: E402
 
 NVBANDWIDTH = os.path.join(STANDINS, "nvbandwidth")
 FIXTURES = os.path.join(testlib.REPO_ROOT, "tests", "fixtures", "nvbandwidth")
@@ -54,34 +53,25 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
+def fleet(kube_cluster, tmp_path_factory):
     folder = tmp_path_factory.mktemp("bandwidth")
     libcuda = testlib.build_fake_libcuda(tmp_path_factory.mktemp("libcuda"))
-    seed = [GPU_OPERATOR_NS]
-    inventory = {"all": {"hosts": {}}}
+    cases = {}
     for case, (env, values) in CASES.items():
-        seed.append(node_for(case, node_object()))
-        seed.append(pod_for(case))
-        variables = host_vars(folder, libcuda, case, env=env, **values)
-        variables["verdict_file"] = str(folder / case / "verdict.json")
-        inventory["all"]["hosts"][case] = variables
-    server, kubeconfig = start_k8s_standin(folder, seed)
-    (folder / "inventory.json").write_text(json.dumps(inventory))
-    (folder / "play.yml").write_text(PLAY)
-    result = run_ansible_playbook(str(folder / "play.yml"), kubeconfig,
-                                  ["-i", str(folder / "inventory.json"), "--forks", "5"])
-    yield result, server, folder
-    server.stop()
+        cases[case] = dict(values, env=env, verdict_file=str(folder / case / "verdict.json"))
+    result, nodes = run_fleet(kube_cluster, folder, libcuda, cases, play=PLAY, runtime_class=None)
+    yield result, nodes, folder
+    nodes.close()
 
 
 def hardware(fleet, case):
-    _result, _server, folder = fleet
+    _result, _nodes, folder = fleet
     verdict = json.loads((folder / case / "verdict.json").read_text())
     return [gate for gate in verdict["results"] if gate["gate"] == "hardware"][0], verdict
 
 
 def node(fleet, case):
-    return api_get(fleet[1], "/api/v1/nodes/" + node_name(case))
+    return fleet[1].node(case)
 
 
 def test_the_play_runs_every_node(fleet):

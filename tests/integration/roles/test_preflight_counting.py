@@ -1,5 +1,6 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The kubernetes gate counts the expected allocatable from the node's facts (preflight role, ansible-playbook).
+"""The kubernetes gate counts the expected allocatable from the node's facts (preflight role, ansible-playbook, the
+real control plane: the allocatable is what the nodes' kubelet stand-in reports).
 
 A MIG node (the real A100-SXM4-80GB capture with 4 MIG devices, its layout assigned, device plugin migStrategy
 mixed) passes with nvidia.com/mig-1g.20gb: 4 and fails with 3; an 8-GPU node time-sliced 4 ways passes with
@@ -13,7 +14,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_preflight_role import CAPTURES, GFD, Fleet, libcuda, node_object, run_fleet  # noqa: E402,F401  # pylint: disable=unused-import
+from test_preflight_role import CAPTURES, GFD, libcuda, node_object, run_fleet  # noqa: E402,F401  # pylint: disable=unused-import
 
 A100_CAPTURE = "a100-sxm4-80gb-mig"
 A100_GFD = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "1",
@@ -53,7 +54,7 @@ def mig_case(folder, name, allocatable):
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, libcuda):  # noqa: F811
+def fleet(kube_cluster, tmp_path_factory, libcuda):  # noqa: F811
     folder = tmp_path_factory.mktemp("counting")
     cases = {
         "mig_mixed": mig_case(folder, "mig_mixed", {"nvidia.com/mig-1g.20gb": "4", "nvidia.com/gpu": "0"}),
@@ -63,9 +64,9 @@ def fleet(tmp_path_factory, libcuda):  # noqa: F811
         "sliced_short": dict(node=h100_node(8, SLICED_GFD), device_plugin_config_time_slicing_resources=TIME_SLICING,
                              **SKIP),
     }
-    result, server = run_fleet(folder, libcuda, cases)
-    yield Fleet(result, server, folder)
-    server.stop()
+    _result, fleet = run_fleet(kube_cluster, folder, libcuda, cases)
+    yield fleet
+    fleet.close()
 
 
 def reasons(fleet, case):

@@ -1,19 +1,29 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""preflight role on localhost: nvidia-smi, dcgmi and libcuda stand-ins, the Kubernetes API stand-in (with its
-simulated kubelet) and the OpenAI-compatible stand-in behind the serving pods.
+"""preflight role on localhost: nvidia-smi, dcgmi and libcuda stand-ins, the real Kubernetes control plane
+(tests/kube_cluster.py) with `KubeletStandin` for the nodes' kubelets, and the OpenAI-compatible stand-in behind the
+serving pods.  The role runs as the onboarding job (rbac/onboarding.yml, rbac/namespaced.yml in the serving
+namespace), not as admin.
 
 Each fault ends with the node cordoned and labelled failed with the reason; a healthy node passes all five gates
-and joins.  One ansible-playbook run covers the whole fault table (one stand-in of each kind for the module).
+and joins.  One ansible-playbook run covers the whole fault table.
+
+What the real server changes against the API stand-in these tests used to run on: the Nodes carry the control
+plane's own annotation (node.alpha.kubernetes.io/ttl, the TTL controller) and taints (node.kubernetes.io/*, the node
+lifecycle controller), which the assertions leave out; a deleted serving pod is gone only once its kubelet has
+finalized it (asynchronous); the seeded pods, namespaces and the serving namespace are this run's own (their names
+carry a random suffix; the output is read with the short names).  The kubelet stand-in gives every pod the IP
+127.0.0.1 (where the OpenAI stand-ins listen) and, on a node whose registry "fails", leaves the serving pod
+Pending in ImagePullBackOff.  The API outage is a TCP relay in front of the real API that closes (`OutageRelay`).
 """
 import json
 import os
+import secrets
 import sys
 
 import pytest
 import testlib
-
-sys.path.insert(0, os.path.dirname(__file__))
-from standin_helpers import REPO_ROOT, api_get, run_ansible_playbook, start_k8s_standin  # noqa: E402
+from kube_cluster import KubeletStandin, OutageRelay, Seed, job_kubeconfig, kubeconfig_text
+from testlib import REPO_ROOT, run_ansible_playbook
 
 STANDINS = os.path.join(REPO_ROOT, "tests", "standins")
 sys.path.insert(0, STANDINS)
@@ -128,6 +138,10 @@ def node_for(case, node):
     return node
 
 
+def api_get(fleet, path):
+    return fleet.plane.api("GET", path)
+
+
 def pod_for(case):
     pod = json.loads(json.dumps(PLUGIN_POD))
     pod["metadata"]["name"] = "nvidia-device-plugin-" + node_name(case)
@@ -144,49 +158,132 @@ def tenant_pod(case, gpus):
             "status": {"phase": "Running"}}
 
 
-def run_fleet(tmp_path, libcuda, cases, check=False, llm_ports=None, play=PLAY_HOSTS, args=(), extra_env=None,
-              runtime_class=True, **standin_options):
-    """One ansible-playbook run over several simulated nodes; returns (result, server).
+CONTROL_PLANE_ANNOTATIONS = ("node.alpha.kubernetes.io/ttl",)  # the TTL controller's
 
-    A case's `serving: MODE` runs its serving gate against the OpenAI stand-in of that mode (`llm_ports`)."""
-    seed = [GPU_OPERATOR_NS] + ([RUNTIME_CLASS] if runtime_class else [])
+
+def own_annotations(node):
+    """A Node's annotations without the control plane's own."""
+    return {k: v for k, v in node["metadata"].get("annotations", {}).items() if k not in CONTROL_PLANE_ANNOTATIONS}
+
+
+def own_taints(node):
+    """A Node's taints without those the node lifecycle controller manages (node.kubernetes.io/*)."""
+    return [t for t in node["spec"].get("taints") or [] if not t["key"].startswith("node.kubernetes.io/")]
+
+
+def run_fleet(plane, tmp_path, libcuda, cases, check=False, llm_ports=None, play=PLAY_HOSTS, args=(), extra_env=None,
+              runtime_class=True, outage_trigger=None):
+    """One ansible-playbook run over several simulated nodes; returns (result, fleet) with the fleet still up
+    (its kubelet stand-in running): the caller closes it.
+
+    A case's `serving: MODE` runs its serving gate against the OpenAI stand-in of that mode (`llm_ports`).
+    `outage_trigger`: the role talks to the API through an `OutageRelay` that closes once that file exists."""
+    fleet = Fleet(plane, tmp_path)
+    seed = fleet.seed
+    serving_namespace = seed.ns("gpu-native-preflight")
+    plugin_namespace = seed.ns("gpu-operator")
+    rc_path = "/apis/node.k8s.io/v1/runtimeclasses/" + RUNTIME_CLASS["metadata"]["name"]
+    if runtime_class is not None:  # None: the run needs no serving pod, the RuntimeClass is left as it is
+        plane.request("DELETE", rc_path)
+    if runtime_class:
+        plane.api("POST", "/apis/node.k8s.io/v1/runtimeclasses", RUNTIME_CLASS, expect=(201, 409))
+    elif runtime_class is not None:
+        plane.wait_for("RuntimeClass nvidia to be gone", lambda: plane.request("GET", rc_path)[0] == 404)
     inventory = {"all": {"hosts": {}}}
+    resources, waiting = {}, {}
+    pods = []
     for case, spec in cases.items():
         spec = dict(spec)
-        node = spec.pop("node", None) or node_object()
-        pods = spec.pop("pods", (PLUGIN_POD,))
+        node = json.loads(json.dumps(spec.pop("node", None) or node_object()))
+        case_pods = spec.pop("pods", (PLUGIN_POD,))
         mode = spec.pop("serving", None)
         tenant_gpus = spec.pop("tenant_gpus", None)
         if mode is not None:
             spec["llm_port"] = llm_ports[mode]
-        seed.append(node_for(case, node))
-        seed.extend(pod_for(case) for _pod in pods)
+        never = node["metadata"].get("annotations", {}).pop(NEVER_READY, None)
+        seeded = node_for(case, node)
+        if never:
+            waiting[seeded["metadata"]["name"]] = (never, 'Back-off pulling image "%(image)s"')
+        resources[seeded["metadata"]["name"]] = seeded.get("status", {}).get("allocatable", {})
+        seed.node(seeded)
+        pods.extend(pod_for(case) for _pod in case_pods)
         if tenant_gpus:
-            seed.append(tenant_pod(case, tenant_gpus))
-        inventory["all"]["hosts"][case] = host_vars(tmp_path, libcuda, case, **spec)
-    server, kubeconfig = start_k8s_standin(tmp_path, seed, simulate_kubelet=True, **standin_options)
+            pods.append(tenant_pod(case, tenant_gpus))
+        variables = host_vars(tmp_path, libcuda, case, **spec)
+        variables.update(preflight_device_plugin_namespace=plugin_namespace,
+                         preflight_serving_namespace=serving_namespace)
+        inventory["all"]["hosts"][case] = variables
+    for pod in pods:
+        seed.pod(pod)
+    fleet.start_kubelet(resources, waiting, serving_namespace)
+    kubeconfig, cleanup = job_kubeconfig(plane, "onboarding", str(tmp_path / "kube-onboarding.kubeconfig"),
+                                         serving_namespace, [serving_namespace])
+    fleet.cluster_paths.extend(cleanup)
+    if outage_trigger:
+        fleet.relay = OutageRelay(plane.url, outage_trigger)
+        with open(kubeconfig, encoding="utf-8") as handle:
+            token = json.load(handle)["users"][0]["user"]["token"]
+        with open(kubeconfig, "w", encoding="utf-8") as handle:
+            handle.write(kubeconfig_text(fleet.relay.url, plane.pki.ca_path, serving_namespace, token=token))
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(play)
     args = ["-i", str(tmp_path / "inventory.json"), "--forks", "4"] + (["--check"] if check else []) + list(args)
     result = run_ansible_playbook(str(tmp_path / "play.yml"), kubeconfig, args, extra_env=extra_env)
-    return result, server
+    for short, real in seed.namespaces.items():  # read with the short names the tests seeded
+        result.stdout = result.stdout.replace(real + "/", short + "/")
+    fleet.result = result
+    return result, fleet
 
 
 class Fleet(object):
-    def __init__(self, result, server, folder):
-        self.result, self.server, self.folder = result, server, folder
+    """The nodes and pods of one run on the real control plane, with their kubelet stand-in."""
+
+    def __init__(self, plane, folder):
+        self.plane, self.folder = plane, folder
+        self.seed = Seed(plane)
+        self.kubelet = self.relay = self.result = None
+        self.cluster_paths = []
+
+    def start_kubelet(self, resources, waiting, serving_namespace):
+        self.kubelet = KubeletStandin(self.plane, self.seed.nodes, resources=resources, pod_ip="127.0.0.1",
+                                      waiting=waiting, waiting_namespace=serving_namespace, events=True).__enter__()
+
+        def settled():  # every node Ready (the not-ready taint lifted), every seeded pod Running
+            for name in self.seed.nodes:
+                if any(t["key"] == "node.kubernetes.io/not-ready" for t in self.node_by_name(name)["spec"].get(
+                        "taints") or []):
+                    return False
+            return all(self.plane.api("GET", "/api/v1/namespaces/%s/pods/%s" % pod)["status"].get("phase") ==
+                       "Running" for pod in self.seed.pods)
+        self.plane.wait_for("the fleet's nodes Ready and its pods Running", settled, timeout=120)
+
+    def node_by_name(self, name):
+        return self.plane.api("GET", "/api/v1/nodes/" + name)
 
     def node(self, case):
-        return api_get(self.server, "/api/v1/nodes/" + node_name(case))
+        return self.node_by_name(node_name(case))
 
     def metrics(self, case):
         return (self.folder / case / "textfile" / "gpu_native_preflight.prom").read_text()
 
+    def serving_pods(self):
+        return self.plane.api("GET", "/api/v1/pods?labelSelector=app.kubernetes.io%2Fname%3Dgpu-native-preflight")[
+            "items"]
+
     def kubelet_events(self, case):
         """(reason, message) of the kubelet's Events about the serving pod of `case` (they outlive the pod)."""
-        items = api_get(self.server, "/api/v1/namespaces/gpu-native-preflight/events")["items"]
+        items = self.plane.api("GET", "/api/v1/namespaces/%s/events" % self.seed.ns("gpu-native-preflight"))["items"]
         pod = preflight_serving.serving_pod_identity(node_name(case))["name"]
         return [(e["reason"], e["message"]) for e in items if e["involvedObject"]["name"] == pod]
+
+    def close(self):
+        if self.relay is not None:
+            self.relay.stop()
+        if self.kubelet is not None:
+            self.kubelet.__exit__(None, None, None)
+        for path in self.cluster_paths:
+            self.plane.request("DELETE", path)
+        self.seed.cleanup()
 
 
 NEVER_READY = "standin.gpu-native.io/pods-never-ready"
@@ -263,14 +360,28 @@ CORDON_CASES = {
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, libcuda, llm_ports):
+def fleet(kube_cluster, tmp_path_factory, libcuda, llm_ports):
     folder = tmp_path_factory.mktemp("fleet")
     cases = {"healthy": HEALTHY, "admin_cordoned": ADMIN_CORDONED, "gpu_busy": GPU_BUSY}
     cases.update(CORDON_CASES)
     cases.update((name, kwargs) for name, kwargs, _gate, _reason in FAULTS)
-    result, server = run_fleet(folder, libcuda, cases, llm_ports=llm_ports)
-    yield Fleet(result, server, folder)
-    server.stop()
+    _result, fleet = run_fleet(kube_cluster, folder, libcuda, cases, llm_ports=llm_ports)
+    yield fleet
+    fleet.close()
+
+
+@pytest.fixture
+def fleet_run(kube_cluster, tmp_path, libcuda):
+    """run_fleet(cases, **options) for one test; its fleet is closed at teardown."""
+    made = []
+
+    def _run(cases, **options):
+        result, fleet = run_fleet(kube_cluster, tmp_path, libcuda, cases, **options)
+        made.append(fleet)
+        return result, fleet
+    yield _run
+    for fleet in made:
+        fleet.close()
 
 
 def test_a_failing_node_never_stops_the_others(fleet):
@@ -281,7 +392,7 @@ def test_healthy_node_passes_is_labelled_and_uncordoned(fleet):
     node = fleet.node("healthy")
     assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
     assert not node["spec"].get("unschedulable")
-    assert [t["key"] for t in node["spec"]["taints"]] == ["nvidia.com/gpu"]
+    assert [t["key"] for t in own_taints(node)] == ["nvidia.com/gpu"]
     assert "gpu-native.io/cordoned-by" not in node["metadata"].get("annotations", {})
     metrics = fleet.metrics("healthy")
     assert 'gpu_native_preflight_passed{node="gpu-healthy"} 1' in metrics
@@ -294,8 +405,8 @@ def test_healthy_node_passes_is_labelled_and_uncordoned(fleet):
 def test_the_serving_pod_used_the_air_gapped_override_and_is_gone(fleet):
     assert ("Pulling", 'Pulling image "%s"' % MIRROR_IMAGE) in fleet.kubelet_events("healthy")
     assert ("Started", "Started container server") in fleet.kubelet_events("healthy")
-    pods = api_get(fleet.server, "/api/v1/pods?labelSelector=app.kubernetes.io%2Fname%3Dgpu-native-preflight")
-    assert pods["items"] == []  # every serving pod deleted, Ready or not
+    # every serving pod deleted, Ready or not (gone once the kubelet has finalized it: a moment after the delete)
+    fleet.plane.wait_for("every serving pod gone", lambda: fleet.serving_pods() == [], timeout=30)
 
 
 def test_a_node_whose_gpus_are_all_in_use_skips_the_serving_gate_and_is_not_failed(fleet):
@@ -333,35 +444,30 @@ def test_node_cordoned_by_an_admin_stays_cordoned(fleet):
         " ".join(fleet.result.stdout.split())
 
 
-def test_api_unreachable_mid_run_leaves_the_node_cordoned_with_a_clear_reason(tmp_path, libcuda):
-    """The API goes away during the hardware gate (the dcgmi hook creates the stand-in's outage trigger)."""
+def test_api_unreachable_mid_run_leaves_the_node_cordoned_with_a_clear_reason(tmp_path, fleet_run):
+    """The API goes away during the hardware gate (the dcgmi hook creates the relay's outage trigger)."""
     trigger = tmp_path / "api-down"
     hook = tmp_path / "dcgmi-then-api-down"
     hook.write_text('#!/bin/sh\n# test hook: the Kubernetes API goes away while dcgmi runs\n: > "%s"\nexec "%s" "$@"\n'
                     % (trigger, os.path.join(STANDINS, "dcgmi")))
     hook.chmod(0o755)
-    result, server = run_fleet(tmp_path, libcuda, {"api_down": dict(preflight_dcgmi=str(hook))},
-                               outage_trigger=str(trigger))
-    try:
-        assert server.httpd.outage_done.wait(10)
-        output = " ".join(result.stdout.split())
-        assert result.returncode != 0, result.stdout[-3000:]
-        assert "Traceback" not in result.stdout and "An exception occurred" not in result.stdout, result.stdout[-3000:]
-        assert "gpu-api-down: the verdict could not be written to the Kubernetes API" in output, result.stdout[-3000:]
-        assert "Connection refused" in output and "Nothing was uncordoned" in output
-        assert "The gates said FAILED: kubernetes: the Kubernetes API could not be read" in output
-        with server.store.lock:
-            node = server.store.objects[("", "nodes", "", "gpu-api-down")]
-        assert node["spec"]["unschedulable"] is True
-        assert node["metadata"]["annotations"]["gpu-native.io/cordoned-by"] == "preflight"
-        assert node["metadata"]["labels"].get("gpu-native.io/preflight") != "passed"
-    finally:
-        server.stop()
+    result, fleet = fleet_run({"api_down": dict(preflight_dcgmi=str(hook))}, outage_trigger=str(trigger))
+    assert fleet.relay.outage_done.wait(10)
+    output = " ".join(result.stdout.split())
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert "Traceback" not in result.stdout and "An exception occurred" not in result.stdout, result.stdout[-3000:]
+    assert "gpu-api-down: the verdict could not be written to the Kubernetes API" in output, result.stdout[-3000:]
+    assert "Connection refused" in output and "Nothing was uncordoned" in output
+    assert "The gates said FAILED: kubernetes: the Kubernetes API could not be read" in output
+    node = fleet.node("api_down")
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"]["gpu-native.io/cordoned-by"] == "preflight"
+    assert node["metadata"]["labels"].get("gpu-native.io/preflight") != "passed"
 
 
 def test_node_cordoned_by_an_admin_keeps_its_cordon_untouched(fleet):
     node = fleet.node("admin_cordoned")
-    assert node["metadata"]["annotations"] == {"ops.example.com/reason": "RMA"}   # no mark of ours
+    assert own_annotations(node) == {"ops.example.com/reason": "RMA"}   # no mark of ours
     assert "gpu-admin-cordoned: skipped: cordoned by someone outside gpu_native.fleet, not by preflight" in \
         " ".join(fleet.result.stdout.split())
 
@@ -393,7 +499,7 @@ def test_a_cordon_held_by_another_owner_is_never_released(fleet):
     assert "gpu-mig-cordoned passed but stays cordoned: it was cordoned by mig" in " ".join(fleet.result.stdout.split())
 
 
-def test_check_mode_runs_no_active_test_and_changes_nothing(tmp_path, libcuda):
+def test_check_mode_runs_no_active_test_and_changes_nothing(tmp_path, fleet_run):
     """--check runs the passive checks only: a dcgmi and an nvbandwidth that record their calls are never called, no
     CUDA kernel runs (a failing one would fail the gate), and nothing on the nodes changes."""
     record = tmp_path / "active-tests-invoked"
@@ -404,27 +510,24 @@ def test_check_mode_runs_no_active_test_and_changes_nothing(tmp_path, libcuda):
              "killed_run": dict(node=marked("preflight"), env=env),
              "admin_take_over": dict(CORDON_CASES["admin_take_over"], env=env)}
     before = dict((case, node_for(case, spec["node"])) for case, spec in cases.items() if "node" in spec)
-    result, server = run_fleet(tmp_path, libcuda, cases, check=True)
-    try:
-        assert result.returncode == 0, result.stdout[-3000:]
-        assert not record.exists(), record.read_text()
-        text = " ".join(result.stdout.split())
-        assert "gpu-failing: PASSED" in text and "memory on GPU 3" not in text
-        assert "check mode: dcgmi diag -r 2 would run; nothing was run" in text
-        assert "cuda=skip" in text and "CUDA_ERROR_INVALID_PTX" not in text
-        assert "gpu-xid79: FAILED" in text    # the passive checks still judge (gpu_health reads the kernel log)
-        node = api_get(server, "/api/v1/nodes/gpu-failing")
-        assert not node["spec"].get("unschedulable")
-        assert "gpu-native.io/preflight" not in node["metadata"]["labels"]
-        assert not set(MARKS) & set(node["metadata"].get("annotations", {}))
-        assert not (tmp_path / "failing" / "textfile" / "gpu_native_preflight.prom").exists()
-        for case, seeded in before.items():   # the cordons are reported, not changed
-            node = api_get(server, "/api/v1/nodes/" + node_name(case))
-            assert node["spec"]["unschedulable"] is True
-            assert node["metadata"]["annotations"] == seeded["metadata"]["annotations"]
-        assert "gpu-killed-run: resumed:" in text and "gpu-admin-take-over: taken_over:" in text
-    finally:
-        server.stop()
+    result, server = fleet_run(cases, check=True)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert not record.exists(), record.read_text()
+    text = " ".join(result.stdout.split())
+    assert "gpu-failing: PASSED" in text and "memory on GPU 3" not in text
+    assert "check mode: dcgmi diag -r 2 would run; nothing was run" in text
+    assert "cuda=skip" in text and "CUDA_ERROR_INVALID_PTX" not in text
+    assert "gpu-xid79: FAILED" in text    # the passive checks still judge (gpu_health reads the kernel log)
+    node = api_get(server, "/api/v1/nodes/gpu-failing")
+    assert not node["spec"].get("unschedulable")
+    assert "gpu-native.io/preflight" not in node["metadata"]["labels"]
+    assert not set(MARKS) & set(node["metadata"].get("annotations", {}))
+    assert not (tmp_path / "failing" / "textfile" / "gpu_native_preflight.prom").exists()
+    for case, seeded in before.items():   # the cordons are reported, not changed
+        node = api_get(server, "/api/v1/nodes/" + node_name(case))
+        assert node["spec"]["unschedulable"] is True
+        assert own_annotations(node) == seeded["metadata"]["annotations"]
+    assert "gpu-killed-run: resumed:" in text and "gpu-admin-take-over: taken_over:" in text
 
 
 ONBOARD_PLAY = """
@@ -435,49 +538,42 @@ ONBOARD_VARS = {"onboard_hosts": "all:!localhost", "onboard_become": False, "onb
                 "onboard_readiness": False, "onboard_mig": False, "onboard_runtime_class": False}
 
 
-def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, libcuda, llm_ports):
+def test_onboard_skips_an_admin_cordon_and_finishes_a_killed_run(tmp_path, fleet_run, llm_ports):
     """onboard.yml with the node stack switched off: the cordon, the gates and the join, through _node_cordon."""
     (tmp_path / "dcgm-pass.json").write_text(DCGM_PASS)
     registering = [{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"}]
     cases = {"new": HEALTHY, "admin": ADMIN_CORDONED,
              "killed": dict(node=marked("onboard", taints=registering))}
-    result, server = run_fleet(tmp_path, libcuda, cases, llm_ports=llm_ports, play=ONBOARD_PLAY,
-                               args=["-e", json.dumps(ONBOARD_VARS)],
+    result, server = fleet_run(cases, llm_ports=llm_ports, play=ONBOARD_PLAY, args=["-e", json.dumps(ONBOARD_VARS)],
                                extra_env={"NVIDIA_SMI_STANDIN_CAPTURE": os.path.join(CAPTURES, "h100x8-healthy"),
                                           "DCGMI_STANDIN_OUTPUT": str(tmp_path / "dcgm-pass.json")})
-    try:
-        assert result.returncode == 0, result.stdout[-4000:]
-        text = " ".join(result.stdout.split())
-        for case in ("new", "killed"):
-            node = api_get(server, "/api/v1/nodes/" + node_name(case))
-            assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed", case
-            assert not node["spec"].get("unschedulable"), case
-            assert not set(MARKS) & set(node["metadata"].get("annotations", {})), case
-            assert "gpu-native.io/unvalidated" not in [t["key"] for t in node["spec"].get("taints") or []], case
-        assert "gpu-killed: resumed: already cordoned by onboard (run killed-run-1" in text
-        admin = api_get(server, "/api/v1/nodes/gpu-admin")
-        assert admin["spec"]["unschedulable"] is True
-        assert admin["metadata"]["annotations"] == {"ops.example.com/reason": "RMA"}
-        assert "gpu-native.io/preflight" not in admin["metadata"]["labels"]     # no gates ran there
-        summary = [line for line in result.stdout.splitlines() if "gpu-admin " in line]
-        assert summary and "skipped" in summary[-1] and "cordoned by someone outside gpu_native.fleet" in summary[-1]
-    finally:
-        server.stop()
+    assert result.returncode == 0, result.stdout[-4000:]
+    text = " ".join(result.stdout.split())
+    for case in ("new", "killed"):
+        node = api_get(server, "/api/v1/nodes/" + node_name(case))
+        assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed", case
+        assert not node["spec"].get("unschedulable"), case
+        assert not set(MARKS) & set(node["metadata"].get("annotations", {})), case
+        assert "gpu-native.io/unvalidated" not in [t["key"] for t in own_taints(node)], case
+    assert "gpu-killed: resumed: already cordoned by onboard (run killed-run-1" in text
+    admin = api_get(server, "/api/v1/nodes/gpu-admin")
+    assert admin["spec"]["unschedulable"] is True
+    assert own_annotations(admin) == {"ops.example.com/reason": "RMA"}
+    assert "gpu-native.io/preflight" not in admin["metadata"]["labels"]     # no gates ran there
+    summary = [line for line in result.stdout.splitlines() if "gpu-admin " in line]
+    assert summary and "skipped" in summary[-1] and "cordoned by someone outside gpu_native.fleet" in summary[-1]
 
 
-def test_onboard_without_the_runtime_class_stops_before_any_cordon(tmp_path, libcuda, llm_ports):
+def test_onboard_without_the_runtime_class_stops_before_any_cordon(fleet_run, llm_ports):
     """No RuntimeClass nvidia and onboard_runtime_class false: the serving pod would be refused on every node, so
     onboard.yml stops first, naming the fix, and no node is cordoned or changed."""
     cases = {"new": HEALTHY, "other": dict(serving="ok")}
-    result, server = run_fleet(tmp_path, libcuda, cases, llm_ports=llm_ports, play=ONBOARD_PLAY,
-                               args=["-e", json.dumps(ONBOARD_VARS)], runtime_class=False)
-    try:
-        assert result.returncode != 0
-        text = " ".join(result.stdout.split())
-        assert "RuntimeClass nvidia does not exist, so the serving gate's pod would be refused on every node; " \
-               "nothing was cordoned or changed. Fix: leave onboard_runtime_class at true" in text, text[-3000:]
-        for case in cases:
-            node = api_get(server, "/api/v1/nodes/" + node_name(case))
-            assert not node["spec"].get("unschedulable") and not set(MARKS) & set(node["metadata"].get("annotations", {}))
-    finally:
-        server.stop()
+    result, server = fleet_run(cases, llm_ports=llm_ports, play=ONBOARD_PLAY, args=["-e", json.dumps(ONBOARD_VARS)],
+                               runtime_class=False)
+    assert result.returncode != 0
+    text = " ".join(result.stdout.split())
+    assert "RuntimeClass nvidia does not exist, so the serving gate's pod would be refused on every node; " \
+           "nothing was cordoned or changed. Fix: leave onboard_runtime_class at true" in text, text[-3000:]
+    for case in cases:
+        node = api_get(server, "/api/v1/nodes/" + node_name(case))
+        assert not node["spec"].get("unschedulable") and not set(MARKS) & set(node["metadata"].get("annotations", {}))

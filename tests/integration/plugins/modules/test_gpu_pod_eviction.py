@@ -1,14 +1,31 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_native.fleet.gpu_pod_eviction run by ansible-playbook against the Kubernetes API stand-in."""
+"""gpu_native.fleet.gpu_pod_eviction run by ansible-playbook against the real control plane (tests/kube_cluster.py),
+as the upgrades job (rbac/upgrades.yml): pod selection, drain and its refusals, a PodDisruptionBudget, check mode,
+the errors.
+
+The pods are seeded through the API (`Seed`): bound to two Nodes of this test, in namespaces of this test (the
+short names ml, default, gpu-operator, kube-system stand for them), their controllers real (a ReplicaSet, a
+DaemonSet) that adopted them, made Running and Ready by `KubeletStandin`, which also finalizes an evicted pod as
+its kubelet would.  What the API stand-in this file used to run against believed and a real server does not:
+- an evicted pod vanished at once: a real one keeps a deletionTimestamp until its kubelet finalizes it;
+- an evicted ReplicaSet pod stayed gone: a real ReplicaSet creates a replacement (Pending here: it has nowhere to
+  run), so "the pods left" are the pods still bound to the node;
+- a PodDisruptionBudget was counted at once: the disruption controller counts only Ready pods and writes the
+  budget's status a moment later, so the tests wait until it has (`settled`).
+PDB and graceful-deletion edge cases have their own file, test_gpu_pod_eviction_real_api.py.
+"""
 import json
 import os
+import secrets
 import shutil
 
 import pytest
 
 from eviction_playbook import PLAYBOOK
+from kube_cluster import KubeletStandin, Seed
 
-NODE = "gpu-node-1"
+NODE = "gpu-node-1"  # replaced per test by a unique name (the control plane is shared by the session)
+NODE2 = "gpu-node-2"
 RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "6a0c1d7e-3c1e-4d8a-9a43-0d6b7c2f1a01",
       "controller": True}
 DS = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter",
@@ -42,43 +59,126 @@ def pdb(name, app, namespace="ml", min_available=1):
 
 SEED = [
     {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "spec": {"unschedulable": True}},
-    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-2"}},
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE2}},
     pod("trainer-0", gpu="nvidia.com/gpu"),
     pod("mig-job", init_gpu="nvidia.com/mig-1g.10gb",
         owner=dict(RS, kind="Job", name="mig-job", apiVersion="batch/v1")),
     pod("web-0", namespace="default"),
     pod("dcgm-exporter-x2k8d", namespace="gpu-operator", gpu="nvidia.com/gpu", owner=DS),
     pod("finished-job", gpu="nvidia.com/gpu", phase="Succeeded"),
-    pod("trainer-elsewhere", node="gpu-node-2", gpu="nvidia.com/gpu"),
+    pod("trainer-elsewhere", node=NODE2, gpu="nvidia.com/gpu"),
     pod("kube-proxy-static", namespace="kube-system", owner=None,
         annotations={"kubernetes.io/config.mirror": "0123456789abcdef"}),
 ]
 
 
+class Cluster:
+    """The seed on the real control plane, with the kubelet stand-in of its nodes running."""
+
+    def __init__(self, plane, seed, node, node2):
+        self.plane, self.node, self.node2 = plane, node, node2
+        self.seed = Seed(plane)
+        rename = {NODE: node, NODE2: node2}
+        objects = json.loads(json.dumps(seed))
+        for obj in objects:
+            if obj["kind"] == "Node":
+                obj["metadata"]["name"] = rename[obj["metadata"]["name"]]
+            elif obj["kind"] == "Pod":
+                obj["spec"]["nodeName"] = rename[obj["spec"]["nodeName"]]
+        for obj in objects:
+            if obj["kind"] == "Node":
+                self.seed.node(obj)
+        for obj in objects:
+            if obj["kind"] == "Pod":
+                self.seed.pod(obj)
+            elif obj["kind"] != "Node":
+                self.seed.namespaced(obj)
+        # started once the pods exist: a finished pod is written Succeeded before a kubelet could start it
+        self.kubelet = KubeletStandin(plane, [node, node2]).__enter__()
+        self.budgets = [o["metadata"] for o in objects if o["kind"] == "PodDisruptionBudget"]
+        self.settled()
+
+    def settled(self):
+        """Every seeded pod that should run is Running and Ready, every budget observed with its healthy pods."""
+        def running():
+            for namespace, name in self.seed.pods:
+                pod = self.plane.api("GET", "/api/v1/namespaces/%s/pods/%s" % (namespace, name))
+                if pod["status"].get("phase") not in ("Running", "Succeeded", "Failed"):
+                    return False
+            for meta in self.budgets:
+                path = "/apis/policy/v1/namespaces/%s/poddisruptionbudgets/%s" % (self.seed.ns(meta["namespace"]),
+                                                                                  meta["name"])
+                budget = self.plane.api("GET", path)
+                status = budget.get("status", {})
+                if status.get("observedGeneration") != budget["metadata"]["generation"] or \
+                        not status.get("currentHealthy"):
+                    return False
+            return True
+        self.plane.wait_for("the seeded pods Running and their budgets observed", running, timeout=120)
+
+    def close(self):
+        self.kubelet.__exit__(None, None, None)
+        self.seed.cleanup()
+
+
 def pod_names(server, node=None):
-    with server.store.lock:
-        return sorted("%s/%s" % (k[2], k[3]) for k, v in server.store.objects.items()
-                      if k[1] == "pods" and (node is None or v["spec"].get("nodeName") == node))
+    """The pods bound to `node` (default: to either node of the test), as <short namespace>/<name>."""
+    return server.seed.bound_pods(node and {NODE: server.node, NODE2: server.node2}[node])
 
 
-def names(entries):
-    return sorted("%s/%s" % (e["namespace"], e["pod"]) for e in entries)
+def names(entries, server=None):
+    return sorted("%s/%s" % (server.seed.logical(e["namespace"]) if server else e["namespace"], e["pod"])
+                  for e in entries)
 
 
 @pytest.fixture
-def evict(standin_factory, run_playbook, tmp_path):
-    """Seed a stand-in, run the module with ``args``; return (result, server, CompletedProcess)."""
+def cluster(kube_cluster):
+    made = []
+
+    def make(seed):
+        if made:
+            made.pop().close()
+        suffix = secrets.token_hex(3)  # new nodes each time: the pods of a closed seed may still be terminating
+        made.append(Cluster(kube_cluster, seed, "gpu-node-1-" + suffix, "gpu-node-2-" + suffix))
+        return made[-1]
+    yield make
+    for item in made:
+        item.close()
+
+
+@pytest.fixture
+def evict(cluster, kube_job_kubeconfig, run_playbook, tmp_path):
+    """Seed the control plane, run the module with ``args`` as the upgrades job; return (result, cluster, proc).
+    The result's pod names carry the short namespace names (ml, default...) the test seeded them in."""
+    config = kube_job_kubeconfig("upgrades")
+
     def _run(seed, args, check=False, extra_env=None, kubeconfig=True, diff=False):
-        server = standin_factory(seed=seed)
-        config = server.write_kubeconfig(str(tmp_path / "kubeconfig")) if kubeconfig else None
+        server = cluster(seed)
         out = tmp_path / "result.json"
         if out.exists():
             out.unlink()
-        text = PLAYBOOK.format(args=json.dumps(dict({"node": NODE, "wait_sleep": 0.2}, **args)), out=out)
-        proc = run_playbook(text, config, (["--check"] if check else []) + (["--diff"] if diff else []), extra_env)
+        text = PLAYBOOK.format(args=json.dumps(dict({"node": server.node, "wait_sleep": 0.2}, **args)), out=out)
+        proc = run_playbook(text, config if kubeconfig else None,
+                            (["--check"] if check else []) + (["--diff"] if diff else []), extra_env)
         assert out.exists(), proc.stdout
-        return json.loads(out.read_text()), server, proc
+        result = json.loads(out.read_text())
+        for short, real in server.seed.namespaces.items():
+            if "msg" in result:
+                result["msg"] = result["msg"].replace(real + "/", short + "/")
+        for key in ("evicted", "skipped", "blocked", "would_evict"):
+            for entry in result.get(key, []):
+                entry["namespace"] = server.seed.logical(entry["namespace"])
+        if "diff" in result:
+            for side in ("before", "after"):
+                result["diff"][side] = "".join(
+                    "%s/%s\n" % (server.seed.logical(line.split("/", 1)[0]), line.split("/", 1)[1])
+                    for line in result["diff"][side].splitlines())
+        return result, server, proc
     return _run
+
+
+def seeded_pods(seed, node=None):
+    return len([p for p in seed if p["kind"] == "Pod" and (node is None or p["spec"]["nodeName"] == node)])
 
 
 def test_gpu_pods_are_evicted_and_the_rest_kept(evict):
@@ -195,14 +295,15 @@ def _python_without_kubernetes():
     return None
 
 
-def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors(standin_factory, run_playbook, tmp_path):
+def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors(cluster, kube_job_kubeconfig, run_playbook,
+                                                                    tmp_path):
     python = _python_without_kubernetes()
     if python is None:
         pytest.skip("every Python here has the kubernetes client")
-    server = standin_factory(seed=SEED)
+    server = cluster(SEED)
     out = tmp_path / "errors.json"
     text = ERRORS_PLAYBOOK.format(missing=tmp_path / "absent" / "kubeconfig", python=python, out=out)
-    proc = run_playbook(text, server.write_kubeconfig(str(tmp_path / "kubeconfig")))
+    proc = run_playbook(text, kube_job_kubeconfig("upgrades"))
     assert out.exists(), proc.stdout
     results = json.loads(out.read_text())
     for result in results.values():
@@ -214,4 +315,4 @@ def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors(standin_fact
     assert "point kubeconfig (or K8S_AUTH_KUBECONFIG) at a valid kubeconfig" in results["no_kubeconfig"]["msg"]
     assert "Failed to import the required Python library (kubernetes)" in results["no_client"]["msg"]
     assert "pip install kubernetes" in results["no_client"]["msg"]
-    assert len(pod_names(server)) == len([p for p in SEED if p["kind"] == "Pod"])
+    assert len(pod_names(server)) == seeded_pods(SEED)
