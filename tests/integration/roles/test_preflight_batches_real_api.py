@@ -40,10 +40,10 @@ class Cordons(threading.Thread):
     def __init__(self, plane, selector):
         super().__init__(daemon=True)
         self.plane, self.selector, self.seen, self.errors = plane, selector, [], []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self):
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             status, answer = self.plane.request("GET", "/api/v1/nodes?labelSelector=" + urllib.parse.quote(self.selector))
             if status == 200:
                 cordoned = frozenset(n["metadata"]["name"] for n in answer["items"] if n["spec"].get("unschedulable"))
@@ -54,7 +54,7 @@ class Cordons(threading.Thread):
             time.sleep(0.05)
 
     def stop(self):
-        self._stop.set()
+        self._halt.set()
         self.join(10)
 
     def most(self):
