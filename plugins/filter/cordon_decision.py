@@ -45,8 +45,17 @@ def cordon_decision(node, owner, step="take", run_id="", now="", take_over=False
     raise AnsibleFilterError("cordon_decision: step must be take or release, got %r" % (step,))
 
 
+def node_joined(node, label_key=cordon_ownership.JOINED_LABEL,
+                registration_taint_key=cordon_ownership.REGISTRATION_TAINT_KEY):
+    """Node object -> True when it has joined (cordon_ownership.is_joined, the one definition)."""
+    try:
+        return cordon_ownership.is_joined(to_plain(node), to_plain(label_key), to_plain(registration_taint_key) or "")
+    except cordon_ownership.CordonError as exc:
+        raise AnsibleFilterError("node_joined: %s" % exc)
+
+
 class FilterModule(object):
-    """gpu_native.fleet cordon ownership filter."""
+    """gpu_native.fleet cordon ownership filters."""
 
     def filters(self):
-        return {"cordon_decision": cordon_decision}
+        return {"cordon_decision": cordon_decision, "node_joined": node_joined}

@@ -16,8 +16,12 @@ from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 
 
-def preflight_verdict(results, required=None, node="", timestamp=None):
-    """Gate results -> verdict with ``annotation`` and ``metrics`` (textfile content)."""
+def preflight_verdict(results, required=None, node="", timestamp=None, owned=True, uncordon_on_pass=True):
+    """Gate results -> verdict with ``outcome``, ``annotation`` and ``metrics`` (textfile content).
+
+    A result gives either ``status`` and ``reasons`` or ``checks``: the check results of the gate's modules
+    (``{gpu_health: ..., dcgm_diag: ..., gpu_bandwidth: ...}``), combined here (``preflight.gate_from_checks``).
+    """
     if not isinstance(results, list):
         raise AnsibleFilterError("preflight_verdict expects the list of gate results, got %s" % type(results).__name__)
     try:
@@ -25,12 +29,17 @@ def preflight_verdict(results, required=None, node="", timestamp=None):
         for index, result in enumerate(to_plain(results)):
             if not isinstance(result, dict):
                 raise preflight.PreflightError("results[%d] is not a mapping" % index)
-            normalised.append(preflight.gate_result(result.get("gate"), result.get("status"), result.get("reasons"),
+            status, reasons = result.get("status"), result.get("reasons")
+            if "checks" in result:
+                status, reasons = preflight.gate_from_checks(result.get("gate"), result["checks"])
+            normalised.append(preflight.gate_result(result.get("gate"), status, reasons,
                                                     result.get("duration_s"), result.get("details")))
         decision = preflight.verdict(normalised, tuple(to_plain(required)) if required else preflight.GATES)
     except preflight.PreflightError as exc:
-        raise AnsibleFilterError("preflight_verdict: %s. Fix: give each result gate, status (pass, fail or skip), "
-                                 "reasons (a list of texts) and duration_s (seconds)." % exc)
+        raise AnsibleFilterError("preflight_verdict: %s. Fix: give each result gate, status (pass, fail or skip) and "
+                                 "reasons (a list of texts), or checks (check name to module result), and "
+                                 "duration_s (seconds)." % exc)
+    decision["outcome"] = preflight.outcome(decision, owned, uncordon_on_pass)
     decision["results"] = normalised
     decision["annotation"] = preflight.annotation(decision)
     decision["metrics"] = preflight.metrics(normalised, decision, node,
@@ -117,8 +126,26 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
     return {"status": status, "reasons": reasons, "details": details}
 
 
-def preflight_summary(rows):
-    """A fixed-width table of ``[{node, gates, verdict, reasons}]``."""
+def preflight_summary(rows, hosts=None):
+    """The fleet summary.
+
+    ``hostvars | preflight_summary(hosts)``: ``{rows, table, page_rows}``, one row per host from its
+    ``preflight_verdict`` and ``preflight_outcome`` (a host without them: unreachable or failed); ``page_rows``
+    adds each gate's ``results`` and the ``label_key`` for the report page (preflight_report_html). ``rows | preflight_summary``: the
+    fixed-width table of ``[{node, gates, verdict, reasons}]``.
+    """
+    if hosts is not None:
+        if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
+            raise AnsibleFilterError("preflight_summary: hosts is %s, not a list of host names. Fix: pass "
+                                     "ansible_play_hosts_all or query('inventory_hostnames', pattern)."
+                                     % type(hosts).__name__)
+        if not hasattr(rows, "get") or not hasattr(rows, "__getitem__"):
+            raise AnsibleFilterError("preflight_summary: with hosts, the input is hostvars, got %s"
+                                     % type(rows).__name__)
+        detailed = to_plain(preflight.summary_rows(rows, [str(host) for host in hosts], detailed=True))
+        built = [dict((key, value) for key, value in row.items() if key not in ("results", "label_key"))
+                 for row in detailed]
+        return {"rows": built, "table": preflight.summary_table(built), "page_rows": detailed}
     if not isinstance(rows, list):
         raise AnsibleFilterError("preflight_summary expects a list of rows, got %s" % type(rows).__name__)
     return preflight.summary_table(to_plain(rows))

@@ -28,20 +28,23 @@ def upgrade_at_version(installed, requested):
     return upgrade.at_version(to_plain(installed), to_plain(requested))
 
 
-def upgrade_budget_spent(failed, total, max_fail_percentage=0):
+def upgrade_budget_spent(failed, total, max_fail_percentage=0, name="upgrade_max_fail_percentage"):
     """Whether the failed nodes spent the failure budget (more than max_fail_percentage percent of total)."""
+    name = str(to_plain(name))[:64]
     try:
-        return upgrade.budget_spent(to_plain(failed), to_plain(total), to_plain(max_fail_percentage))
+        return upgrade.budget_spent(to_plain(failed), to_plain(total), to_plain(max_fail_percentage), name)
     except upgrade.UpgradeError as exc:
-        raise AnsibleFilterError("upgrade_budget_spent: %s. Fix: set upgrade_max_fail_percentage to 0-100." % exc)
+        raise AnsibleFilterError("upgrade_budget_spent: %s. Fix: set %s to 0-100." % (exc, name))
 
 
-def upgrade_max_unavailable(value):
-    """upgrade_max_unavailable checked and returned as Ansible's serial takes it (count or percentage)."""
+def upgrade_max_unavailable(value, name="upgrade_max_unavailable"):
+    """upgrade_max_unavailable (or ``name``: preflight_serial, onboard_serial) checked and returned as Ansible's
+    serial takes it (count or percentage)."""
+    name = str(to_plain(name))[:64]
     try:
-        return upgrade.max_unavailable(to_plain(value))
+        return upgrade.max_unavailable(to_plain(value), name)
     except upgrade.UpgradeError as exc:
-        raise AnsibleFilterError("%s. Fix: set upgrade_max_unavailable to e.g. 1 or 25%%." % exc)
+        raise AnsibleFilterError("%s. Fix: set %s to e.g. 1 or 25%%." % (exc, name))
 
 
 class FilterModule(object):

@@ -90,8 +90,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+status:
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(pass) when at least one device was
+      tested and every device passed, V(fail) otherwise (RV(reasons) says why), V(skip) in check mode when
+      nothing was run.
+  returned: always
+  type: str
+  choices: [pass, fail, skip, error]
+  sample: pass
 passed:
-  description: Whether at least one device was tested and every device passed.
+  description: Whether at least one device was tested and every device passed (RV(status=pass)); kept as an extra.
   returned: always
   type: bool
 skipped:
@@ -119,6 +128,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import cuda_smoke
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.module_args import nul_byte_message
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
@@ -165,10 +175,11 @@ def main():
     if not 0 < params["device_timeout"] <= 3600:
         module.fail_json(msg="device_timeout is %d. Fix: pass seconds between 1 and 3600." % params["device_timeout"])
     if module.check_mode and not params["run_in_check_mode"]:
-        module.exit_json(changed=False, skipped=True, passed=False, devices=[],
-                         reasons=["check mode: a CUDA kernel would run on %s; nothing was run "
-                                  "(run_in_check_mode=true runs it)"
-                                  % ("%d listed device(s)" % len(params["devices"]) if params["devices"] else "every GPU")])
+        module.exit_json(changed=False, **check_result.result(
+            check_result.SKIP, ["check mode: a CUDA kernel would run on %s; nothing was run (run_in_check_mode=true "
+                                "runs it)" % ("%d listed device(s)" % len(params["devices"]) if params["devices"]
+                                              else "every GPU")],
+            skipped=True, passed=False, devices=[]))
     try:
         tools = node_tools.NodeTools(paths={"nvidia-smi": params["nvidia_smi"]}, timeout=params["command_timeout"])
     except node_tools.NodeToolsError as exc:
@@ -177,9 +188,10 @@ def main():
         cuda_smoke.check_library(params["library"])
     except cuda_smoke.LibraryMissing as exc:
         # a verdict like any other failed device: fail_on_failure decides, as llm_smoke does for connection errors
+        missing = check_result.result(check_result.FAIL, [str(exc)], passed=False, devices=[])
         if params["fail_on_failure"]:
-            module.fail_json(msg=str(exc), passed=False, devices=[], reasons=[str(exc)])
-        module.exit_json(changed=False, passed=False, devices=[], reasons=[str(exc)])
+            module.fail_json(msg=str(exc), **missing)
+        module.exit_json(changed=False, **missing)
     notes = []
     targets = _targets(module, tools, notes)
     devices = []
@@ -209,7 +221,8 @@ def main():
     passed = bool(devices) and not reasons
     for note in notes:
         module.warn(note)
-    result = dict(changed=False, passed=passed, devices=devices, reasons=reasons)
+    result = check_result.result(check_result.status_of(passed), reasons, changed=False, passed=passed,
+                                 devices=devices)
     if not passed and params["fail_on_failure"]:
         module.fail_json(msg="CUDA smoke test failed: %s" % "; ".join(reasons[:3]), **result)
     module.exit_json(**result)

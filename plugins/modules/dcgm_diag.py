@@ -82,6 +82,12 @@ options:
       - It defaulted to V(true) in earlier releases.
     type: bool
     default: false
+  required:
+    description:
+      - Whether DCGM must be installed. With V(false) a missing C(dcgmi) is RV(status=skip) with its reason
+        (the caller decides); with V(true) it is RV(status=fail). Like O(gpu_native.fleet.gpu_bandwidth#module:required).
+    type: bool
+    default: true
 notes:
   - A failing run returns all its results as well as the failure, so a caller with O(fail_on_failure=true) can
     still read RV(failures) with C(ignore_errors) or in a C(rescue) block.
@@ -106,8 +112,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+status:
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(pass) when every result passed or was
+      skipped and at least one ran; V(fail) when a result failed, C(dcgmi) exited non-zero or is missing with
+      O(required=true); V(skip) in check mode (nothing run) or when C(dcgmi) is missing with O(required=false);
+      V(error) when nothing could be judged (a timeout, an output that cannot be read).
+    - O(fail_on_failure) fails the task on V(fail) and V(error).
+  returned: always
+  type: str
+  choices: [pass, fail, skip, error]
+  sample: pass
 passed:
-  description: Whether every result passed or was skipped, and at least one ran.
+  description: Whether every result passed or was skipped, and at least one ran (RV(status=pass)); kept as an extra.
   returned: always
   type: bool
   sample: false
@@ -139,7 +156,7 @@ warnings_found:
   type: list
   elements: dict
 reasons:
-  description: One line per reason the run did not pass.
+  description: One line per reason the run did not pass (or, for a skip, why nothing ran).
   returned: always
   type: list
   elements: str
@@ -157,16 +174,30 @@ command:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import dcgm
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools
 
 
-def judge(result):
-    """Parse a runner result into the module's return values."""
-    out = {"passed": False, "tests": [], "failures": [], "warnings_found": [], "reasons": [],
-           "dcgm_version": None, "command": result.as_dict()}
+def judge(result, required=True):
+    """Parse a runner result into the module's return values (the check-result contract: status and reasons).
+
+    A missing ``dcgmi`` is a skip with its reason unless ``required`` (then a failure, as gpu_bandwidth does);
+    a timeout, an unreadable output or a replay without the output is an error: nothing was judged.
+    """
+    out = {"status": check_result.FAIL, "passed": False, "tests": [], "failures": [], "warnings_found": [],
+           "reasons": [], "dcgm_version": None, "command": result.as_dict()}
+    if result.status == "missing":
+        if required:
+            out["reasons"].append("%s Fix: install DCGM (datacenter-gpu-manager) on the node, or point dcgmi at it "
+                                  "(the DCGM check is required)" % result.message)
+        else:
+            out["status"] = check_result.SKIP
+            out["reasons"].append("%s (the DCGM check is not required: skipped)" % result.message)
+        return out
     if result.status not in ("ok", "failed"):
-        # missing, timeout, unreadable, not captured: nothing to judge.
+        # timeout, unreadable, not captured: nothing to judge.
+        out["status"] = check_result.ERROR
         out["reasons"].append(result.message)
         return out
     text = result.stdout
@@ -186,6 +217,7 @@ def judge(result):
         if result.status == "failed":
             reason = result.message
         out["reasons"].append(reason)
+        out["status"] = check_result.FAIL if result.status == "failed" else check_result.ERROR
         return out
     summary = dcgm.summarise(parsed)
     out.update(tests=parsed["tests"], dcgm_version=parsed["dcgm_version"], passed=summary["passed"],
@@ -196,6 +228,7 @@ def judge(result):
         # A non-zero exit with a clean report is still not a pass.
         out["passed"] = False
         out["reasons"].append(result.message)
+    out["status"] = check_result.PASS if out["passed"] else check_result.FAIL
     return out
 
 
@@ -209,6 +242,7 @@ def main():
             captured=dict(type="dict", options=dict(json=dict(type="str"), text=dict(type="str"))),
             fail_on_failure=dict(type="bool", default=True),
             run_in_check_mode=dict(type="bool", default=False),
+            required=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -228,15 +262,16 @@ def main():
         if params["captured"]:
             module.fail_json(msg="captured is only read with source=captured. Fix: set source: captured or drop it.")
         if module.check_mode and not params["run_in_check_mode"]:
-            module.exit_json(changed=False, skipped=True, passed=False, tests=[], failures=[], warnings_found=[],
-                             reasons=["check mode: dcgmi diag -r %d would run; nothing was run (run_in_check_mode=true "
-                                      "runs it)" % params["level"]], dcgm_version=None,
-                             command={})
+            module.exit_json(changed=False, **check_result.result(
+                check_result.SKIP, ["check mode: dcgmi diag -r %d would run; nothing was run (run_in_check_mode=true "
+                                    "runs it)" % params["level"]],
+                skipped=True, passed=False, tests=[], failures=[], warnings_found=[], dcgm_version=None, command={}))
         tools = NodeTools(paths={"dcgmi": params["dcgmi"]})
         result = tools.run("dcgmi", ["diag", "-r", str(params["level"]), "-j"],
                            timeout=timeout or dcgm.LEVEL_TIMEOUTS[params["level"]])
-    out = judge(result)
-    if not out["passed"] and params["fail_on_failure"]:
+    out = judge(result, required=params["required"])
+    out = check_result.result(out.pop("status"), out.pop("reasons"), **out)
+    if out["status"] in (check_result.FAIL, check_result.ERROR) and params["fail_on_failure"]:
         module.fail_json(msg="; ".join(out["reasons"]) or "dcgmi diag did not pass.", changed=False, **out)
     module.exit_json(changed=False, **out)
 

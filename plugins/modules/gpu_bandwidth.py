@@ -173,7 +173,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: V(pass), V(fail) or V(skip) (nothing to judge; the reason is in RV(reasons)).
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(pass), V(fail), V(skip) (nothing to
+      judge; the reason is in RV(reasons)) or V(error) (nothing was measured - nvbandwidth timed out, its output
+      cannot be read, no driver - the reason names the cause and the fix). O(fail_on_failure) fails the task on
+      V(fail) and V(error).
   returned: always
   type: str
   sample: fail
@@ -249,6 +253,7 @@ command:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvbandwidth as nvb
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import first_line
@@ -295,6 +300,8 @@ def evaluate(result, testcases, product=None, overrides=None, required=False, to
                                   "point nvbandwidth at it" % result.message, required)
     if result.status in (node_tools.TIMEOUT, node_tools.UNREADABLE, node_tools.NOT_CAPTURED,
                          node_tools.NO_DRIVER):
+        # nothing was measured: the check could not be made (the contract's error, never a pass)
+        out["status"] = check_result.ERROR
         out["reasons"] = [result.message]
         return out
     try:
@@ -377,14 +384,15 @@ def main():
                 out.update(status="skip", reasons=[
                     "check mode: nvbandwidth -t %s would run; nothing was run (run_in_check_mode=true runs it)"
                     % " ".join(testcases)])
-                module.exit_json(changed=False, **out)
+                module.exit_json(changed=False, **check_result.result(out.pop("status"), out.pop("reasons"), **out))
             tools = node_tools.from_module_params(params, captured={}, tools=TOOL_OPTIONS)
             result = tools.run("nvbandwidth", args, timeout=params["timeout"])
     except node_tools.NodeToolsError as exc:
         module.fail_json(msg=str(exc))
     out = evaluate(result, testcases, product=params["product"], overrides=overrides, required=params["required"],
                    tools=tools)
-    if out["status"] == "fail" and params["fail_on_failure"]:
+    out = check_result.result(out.pop("status"), out.pop("reasons"), **out)
+    if out["status"] in (check_result.FAIL, check_result.ERROR) and params["fail_on_failure"]:
         module.fail_json(msg="; ".join(out["reasons"]) or "the bandwidth check did not pass.", changed=False, **out)
     module.exit_json(changed=False, **out)
 

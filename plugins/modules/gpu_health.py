@@ -194,8 +194,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+status:
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(pass) when the node is GPU ready,
+      V(fail) when RV(reasons) says why not.
+  returned: always
+  type: str
+  choices: [pass, fail, skip, error]
+  sample: fail
 gpu_ready:
-  description: Whether the node is GPU ready (no entry in RV(reasons)).
+  description: Whether the node is GPU ready (no entry in RV(reasons)); the same as RV(status=pass), kept as an extra.
   returned: always
   type: bool
   sample: false
@@ -433,6 +441,7 @@ sources:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.gpu_health import (
     GpuHealthError,
@@ -508,7 +517,9 @@ def main():
         module.fail_json(msg=str(exc))
     result["sources"] = sources
     result["commands"] = [call.as_dict() for call in tools.calls]
-    module.exit_json(changed=False, **result)
+    reasons = result.pop("reasons")
+    module.exit_json(changed=False, **check_result.result(check_result.status_of(result["gpu_ready"]), reasons,
+                                                          **result))
 
 
 if __name__ == "__main__":

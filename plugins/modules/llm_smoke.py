@@ -100,8 +100,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+status:
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(pass) when enough tokens and
+      non-empty text came back in time, V(fail) otherwise (RV(reasons) says why), V(error) when the task's own
+      deadline ended the probe.
+  returned: always
+  type: str
+  choices: [pass, fail, skip, error]
+  sample: pass
 passed:
-  description: Whether enough tokens and non-empty text came back in time.
+  description: Whether enough tokens and non-empty text came back in time (RV(status=pass)); kept as an extra.
   returned: always
   type: bool
 completion_tokens:
@@ -135,6 +144,7 @@ reasons:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.http_deadline import TaskDeadlineExceeded, task_deadline
 from ansible_collections.gpu_native.fleet.plugins.module_utils.serving.llm_probe import DEFAULT_PROMPT, LlmProbeError, probe
 
@@ -170,7 +180,10 @@ def main():
     except LlmProbeError as exc:
         module.fail_json(msg=str(exc))
     except TaskDeadlineExceeded as exc:
-        module.fail_json(msg=str(exc), changed=False, passed=False, reasons=[str(exc)])
+        module.fail_json(msg=str(exc), changed=False, **check_result.result(check_result.ERROR, [str(exc)],
+                                                                            passed=False))
+    reasons = result.pop("reasons", [])
+    result = check_result.result(check_result.status_of(result["passed"]), reasons, **result)
     if not result["passed"] and params["fail_on_failure"]:
         module.fail_json(msg="LLM smoke test failed: %s" % "; ".join(result["reasons"]), changed=False, **result)
     module.exit_json(changed=False, **result)

@@ -146,6 +146,20 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+status:
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(pass) when the GPUs hold the layout
+      (already, or after this run), V(fail) while they drift (check mode lists the drift; a run that waits for a
+      GPU reset or reboot says so), V(error) when the task failed before it could judge or apply.
+  returned: always
+  type: str
+  choices: [pass, fail, skip, error]
+  sample: pass
+reasons:
+  description: Empty on a pass; else one line per drift or why the layout is not there yet.
+  returned: always
+  type: list
+  elements: str
 plan:
   description: One item per GPU that drifted, as RV(gpu_native.fleet.mig_config#module:plan) returns it.
   returned: always
@@ -211,6 +225,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.http_deadline import Deadline
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.regular_file import kind_of, read_regular
@@ -231,7 +246,13 @@ def _fail(module, tools, exc, **extra):
     facts = dict(changed=False, changed_gpus=[], steps=[], reboot_required=False, pending_gpus=[])
     facts.update(extra)
     facts.update(exc.facts)
-    module.fail_json(msg=exc.msg, commands=_commands(tools), **facts)
+    module.fail_json(msg=exc.msg, commands=_commands(tools),
+                     **check_result.result(check_result.ERROR, [exc.msg], **facts))
+
+
+def _done(module, tools, result, status, reasons=None):
+    """Exit with the check-result contract: pass when the GPUs hold the layout, fail while they drift."""
+    module.exit_json(commands=_commands(tools), **check_result.result(status, reasons, **result))
 
 
 def _commands(tools):
@@ -348,14 +369,15 @@ def main():
                           "before": layout_lines(gpus, found["actual"]),
                           "after": layout_lines(gpus, found["actual"], plan)}
     if not plan:
-        module.exit_json(commands=_commands(tools), **result)
+        _done(module, tools, result, check_result.PASS)
     try:
         _refuse_busy(tools, found, params["force"])
     except MigNodeError as exc:
         _fail(module, tools, exc, plan=plan, drift=found["drift"])
     if module.check_mode:
         result["changed_gpus"] = [item["index"] for item in plan]
-        module.exit_json(commands=_commands(tools), **result)
+        _done(module, tools, result, check_result.FAIL, [d["message"] for d in found["drift"]]
+              or ["GPUs %s differ from layout %s" % (", ".join(str(i["index"]) for i in plan), params["select"])])
 
     applier = Applier(tools, plan)
     try:
@@ -379,7 +401,9 @@ def main():
                               pending_gpus=pending)
             applier.create(skip=pending)
             if pending:
-                module.exit_json(commands=_commands(tools), **result)
+                _done(module, tools, result, check_result.FAIL,
+                      ["GPUs %s wait for a GPU reset or a reboot to finish the layout. Fix: reboot the node (or drain "
+                       "it and allow gpu_reset), then run again" % ", ".join(str(index) for index in pending)])
         after = plan_node(tools, params["config"], params["select"], None, geometry,
                           mig_strategy=params["mig_strategy"], compare_state=True)
     except MigNodeError as exc:
@@ -393,8 +417,9 @@ def main():
     if after["drift"]:
         module.fail_json(msg="after applying, the node still drifts: %s. Fix: check the GPUs with nvidia-smi mig -lgi "
                              "and run again." % "; ".join(d["message"] for d in after["drift"]),
-                         commands=_commands(tools), **result)
-    module.exit_json(commands=_commands(tools), **result)
+                         commands=_commands(tools), **check_result.result(
+                             check_result.FAIL, [d["message"] for d in after["drift"]], **result))
+    _done(module, tools, result, check_result.PASS)
 
 
 if __name__ == "__main__":

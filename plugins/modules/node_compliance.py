@@ -127,8 +127,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+status:
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(fail) when a check failed, else
+      V(error) when a check could not judge, V(skip) when every check was skipped, else V(pass).
+  returned: always
+  type: str
+  choices: [pass, fail, skip, error]
+  sample: pass
+reasons:
+  description: "One line per check that failed or errored (C(<check> <status>: <actual>))."
+  returned: always
+  type: list
+  elements: str
+  sample: ["containerd fail: runtime nvidia is not registered (runtimes: runc)"]
 compliant:
-  description: True when no check failed or errored (skipped checks do not count).
+  description: True when no check failed or errored (skipped checks do not count); RV(status) is V(pass) or V(skip).
   returned: always
   type: bool
 checks:
@@ -170,6 +184,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.fleet_compliance import CHECKS, run_checks
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 
@@ -209,7 +224,25 @@ def main():
         result = run_checks(params)
     except node_tools.NodeToolsError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **result)
+    module.exit_json(changed=False, **overall(result))
+
+
+def overall(result):
+    """The node's check result over its checks: a failed check fails it, else an errored one is an error."""
+    checks = result.get("checks") or []
+    statuses = [item["status"] for item in checks]
+    if check_result.FAIL in statuses:
+        status = check_result.FAIL
+    elif check_result.ERROR in statuses:
+        status = check_result.ERROR
+    elif statuses and all(value == check_result.SKIP for value in statuses):
+        status = check_result.SKIP
+    else:
+        status = check_result.PASS
+    reasons = ["%s %s: %s" % (item["check"], item["status"], item["actual"]) for item in checks
+               if item["status"] in (check_result.FAIL, check_result.ERROR)
+               or status == check_result.SKIP]
+    return check_result.result(status, reasons, **result)
 
 
 if __name__ == "__main__":

@@ -134,9 +134,23 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+status:
+  description:
+    - The check result (docs/DEVELOPING.md, "How a check result looks"). V(pass) when RV(compliant), V(fail) on
+      drift (one reason naming every item not compliant), V(skip) with O(facts_only=true), V(error) when no
+      profile can be chosen (the task fails).
+  returned: always
+  type: str
+  choices: [pass, fail, skip, error]
+  sample: pass
+reasons:
+  description: Empty on a pass; else one line saying why (the drift line names every item and the fix).
+  returned: always
+  type: list
+  elements: str
 compliant:
   description:
-    - V(true) when every result has status V(pass); V(false) when any is V(fail) or V(unknown).
+    - V(true) when every result has status V(pass); V(false) when any is V(fail) or V(unknown) (kept as an extra).
     - V(null) with O(facts_only=true).
   returned: always
   type: bool
@@ -247,6 +261,7 @@ compatibility:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_facts import NodeFacts
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.spec_matrix import (
     ProfileSelectionError,
@@ -280,16 +295,20 @@ def run_module(module, facts):
             except ProfileSelectionError:
                 pass
         result["facts"] = facts.as_dict()
-        module.exit_json(**result)
+        module.exit_json(**check_result.result(check_result.SKIP, ["facts_only: the facts were gathered, nothing "
+                                                                   "was judged"], **result))
     try:
         name, how = select_profile(matrix, facts, params["profile"])
     except ProfileSelectionError as exc:
         result["facts"] = facts.as_dict()
-        module.fail_json(msg="cannot choose a spec profile: %s" % exc, **result)
+        module.fail_json(msg="cannot choose a spec profile: %s" % exc,
+                         **check_result.result(check_result.ERROR, ["cannot choose a spec profile: %s" % exc], **result))
     results = judge_profile(matrix, name, facts)
     summary = summarize(results)
     result.update(profile=name, profile_selected_by=how, results=results, summary=summary,
                   compliant=summary["fail"] == 0 and summary["unknown"] == 0, facts=facts.as_dict())
+    result = check_result.result(check_result.status_of(result["compliant"]),
+                                 [] if result["compliant"] else [drift_message(name, results)], **result)
     if not result["compliant"] and params["fail_on_drift"]:
         module.fail_json(msg=drift_message(name, results), **result)
     module.exit_json(**result)

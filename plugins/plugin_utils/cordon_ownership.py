@@ -30,6 +30,9 @@ run, which is never taken over; the caller leaves it alone).
 ``released`` is ``{node, released, reason}``; the node is uncordoned only
 when it carries ``owner``'s mark, and the mark is removed then.
 
+``is_joined(node, label_key=JOINED_LABEL, registration_taint_key=...)`` -> bool: the one answer to "has this
+node joined?": schedulable, labelled ``<label_key>=passed`` by a preflight, and without the registration taint.
+
 ``annotation_keys(owner=..., time=..., run_id=...)`` checks the three
 annotation keys.  Every error is a ``CordonError`` with a one-line cause
 and its fix.
@@ -49,6 +52,8 @@ OWNER_ANNOTATION = "gpu-native.io/cordoned-by"
 TIME_ANNOTATION = "gpu-native.io/cordoned-at"
 RUN_ID_ANNOTATION = "gpu-native.io/run-id"
 REGISTRATION_TAINT_KEY = "gpu-native.io/unvalidated"
+#: The label a passed preflight writes (roles/preflight, preflight_label_key).
+JOINED_LABEL = "gpu-native.io/preflight"
 OUTSIDE = "someone outside gpu_native.fleet"
 ACTIONS = ("cordoned", "resumed", "adopted", "taken_over", "skipped")
 
@@ -162,6 +167,21 @@ def _since(time_value, run_value):
     if time_value:
         parts.append("since %s" % time_value)
     return " (%s)" % ", ".join(parts) if parts else ""
+
+
+def is_joined(node, label_key=JOINED_LABEL, registration_taint_key=REGISTRATION_TAINT_KEY):
+    """True when the node has joined: schedulable, ``label_key`` is ``passed``, no registration taint."""
+    name, _annotations, unschedulable, taint_keys = _node_parts(node)
+    problem = _qualified_name_problem(label_key)
+    if problem:
+        raise CordonError("node %s: the preflight label key %r %s. Fix: use a Kubernetes label key such as %s."
+                          % (name[:_SHOW], str(label_key)[:_SHOW], problem, JOINED_LABEL))
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if not isinstance(labels, Mapping):
+        raise CordonError("node %s: metadata.labels is not a mapping. Fix: pass the node that kubernetes.core.k8s_info "
+                          "returned (resources[0])." % name[:_SHOW])
+    return (not unschedulable and labels.get(label_key) == "passed"
+            and not (registration_taint_key and registration_taint_key in taint_keys))
 
 
 def decide_take(node, owner, run_id, now, take_over=False, adopt_registration_taint=True,

@@ -20,6 +20,7 @@ import re
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import squash
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     MIG_ANY,
     MIG_PREFIX,
@@ -567,6 +568,109 @@ def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text=
     return (FAIL if reasons else PASS), reasons, {"resources": counts, "plugin_pods_ready": len(ready)}
 
 
+#: A check skipped inside a passing gate is a note; these prefixes say which check it was.
+SKIP_NOTE_PREFIX = {"gpu_bandwidth": "bandwidth check skipped: "}
+#: The statuses of the check-result contract (module_utils/_common/check_result.py).
+CHECK_STATUSES = ("pass", "fail", "skip", "error")
+
+
+def gate_from_checks(gate, checks):
+    """``(status, reasons)`` of a gate from its checks' results (the check-result contract).
+
+    ``checks`` maps a check's name (its module: ``gpu_health``, ``dcgm_diag``...) to what the module returned.
+    A task Ansible skipped (``skipped`` and no ``status``) was not asked for and counts for nothing. A failed or
+    errored check fails the gate with its reasons (a failing gate lists only what failed, as the node annotation
+    shows them); when every check that ran skipped, the gate is a skip with their reasons; otherwise it passes and
+    the reasons of the skipped checks (and any notes of passed ones) stay as notes.
+    """
+    if not isinstance(checks, dict):
+        raise PreflightError("gate %s: the checks are %s, not a mapping of check name to result"
+                             % (gate, type(checks).__name__))
+    failing, skipped, notes, passed = [], [], [], 0
+    for name in list(checks):
+        outcome = checks[name]
+        if not isinstance(outcome, dict):
+            failing.append("%s returned %s, not a check result (report this as a bug)" % (name, _short(repr(outcome))))
+            continue
+        if "status" not in outcome and outcome.get("skipped"):
+            continue  # the task did not run (its when was false): nothing was asked of it
+        status = outcome.get("status")
+        reasons = outcome.get("reasons")
+        if isinstance(reasons, str):
+            reasons = [reasons]
+        if status not in CHECK_STATUSES or not isinstance(reasons, list):
+            failing.append("%s returned no status and reasons (the check-result contract; report this as a bug)"
+                           % name)
+            continue
+        reasons = [str(reason) for reason in reasons if str(reason).strip()]
+        if status in ("fail", "error"):
+            failing.extend(reasons or ["%s: %s without a reason" % (name, status)])
+        elif status == "skip":
+            skipped.extend(SKIP_NOTE_PREFIX.get(name, "") + reason for reason in reasons)
+        else:
+            passed += 1
+            notes.extend(reasons)
+    if failing:
+        return FAIL, failing
+    if not passed:
+        return SKIP, skipped or ["no check of the gate %s ran" % gate]
+    return PASS, notes + skipped
+
+
+OUTCOMES = ("joined", "left_cordoned", "cordoned", "already_joined", "skipped", "not_run")
+
+
+def outcome(decision, owned=True, uncordon_on_pass=True):
+    """What happens to the node: ``cordoned`` (failed: kept cordoned, labelled failed), ``joined`` (passed and
+    this run holds the cordon: uncordoned) or ``left_cordoned`` (passed, but the cordon is someone else's or
+    ``uncordon_on_pass`` is false)."""
+    if not decision.get("passed"):
+        return "cordoned"
+    return "joined" if _truthy(owned) and _truthy(uncordon_on_pass) else "left_cordoned"
+
+
+NO_VERDICT = "no verdict (unreachable or failed)"
+# the preflight role's default preflight_label_key (roles/preflight/defaults/main.yml)
+DEFAULT_LABEL_KEY = "gpu-native.io/preflight"
+
+
+def _host_var(facts, key):
+    """One host variable as plain data; None when it is unset or cannot be templated (a host that never ran)."""
+    try:
+        return to_plain(facts.get(key))
+    except Exception:  # pylint: disable=broad-except  # an undefined or broken template is "no value" here
+        return None
+
+
+def summary_rows(hostvars, hosts, detailed=False):
+    """One row per host of ``hosts``: ``{node, gates, verdict, reasons}`` from each host's ``preflight_verdict``
+    and ``preflight_outcome``; a host that has none (unreachable, failed before the verdict) says so.
+    ``detailed`` adds what the report page shows besides: ``results`` (each gate's result, with its duration)
+    and ``label_key`` (the node label the verdict was written to)."""
+    rows = []
+    for host in hosts or []:
+        try:
+            facts = hostvars[host]
+        except (KeyError, TypeError):
+            facts = {}
+        facts = facts if hasattr(facts, "get") else {}
+        verdict_of = _host_var(facts, "preflight_verdict")
+        verdict_of = verdict_of if isinstance(verdict_of, dict) else {}
+        gates = verdict_of.get("gates")
+        reasons = verdict_of.get("reasons")
+        how = _host_var(facts, "preflight_outcome")
+        rows.append({"node": str(_host_var(facts, "preflight_node_name") or host),
+                     "gates": gates if isinstance(gates, dict) else {},
+                     "verdict": str(how) if how else NO_VERDICT,
+                     "reasons": [str(r) for r in reasons] if isinstance(reasons, (list, tuple)) else []})
+        if detailed:
+            results = verdict_of.get("results")
+            label_key = _host_var(facts, "preflight_label_key")
+            rows[-1]["results"] = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+            rows[-1]["label_key"] = label_key if isinstance(label_key, str) and label_key else DEFAULT_LABEL_KEY
+    return rows
+
+
 def summary_table(rows):
     """A fixed-width fleet summary: node, each gate, verdict, first reason."""
     header = ["node"] + list(GATES) + ["verdict", "why"]
@@ -583,8 +687,9 @@ def summary_table(rows):
             first = reasons[0] if reasons else ""
         else:
             first = "" if reasons is None else reasons
-        table.append([str(row.get("node", "?"))] + [str(gates.get(gate, "-")) for gate in GATES]
-                     + [str(row.get("verdict", "?")), _short(first)[:90]])
+        # every cell one line: a host name or a verdict with a line break would cut the table
+        table.append([_short(row.get("node", "?")) or "?"] + [_short(gates.get(gate, "-"))[:20] for gate in GATES]
+                     + [_short(row.get("verdict", "?")) or "?", _short(first)[:90]])
     return fixed_width_table(table)
 
 

@@ -23,23 +23,24 @@ class UpgradeError(FleetError, ValueError):
     """A bad upgrade setting; the message names it and the fix."""
 
 
-def max_unavailable(value):
-    """``upgrade_max_unavailable`` as Ansible's ``serial``: a count (int) or a percentage ("25%")."""
+def max_unavailable(value, name="upgrade_max_unavailable"):
+    """``upgrade_max_unavailable`` (or ``name``: preflight_serial, onboard_serial) as Ansible's ``serial``: a count
+    (int) or a percentage ("25%")."""
     text = str(value).strip()
     if isinstance(value, bool) or not (_COUNT.match(text) or _PERCENT.match(text)):
-        raise UpgradeError("upgrade_max_unavailable is %r: give a node count (1, 2, ...) or a percentage of the "
-                           "nodes (1%% to 100%%)" % (value,))
+        raise UpgradeError("%s is %r: give a node count (1, 2, ...) or a percentage of the "
+                           "nodes (1%% to 100%%)" % (name, value))
     return int(text) if _COUNT.match(text) else text
 
 
-def budget_spent(failed, total, max_fail_percentage):
+def budget_spent(failed, total, max_fail_percentage, name="upgrade_max_fail_percentage"):
     """True when more than max_fail_percentage percent of the fleet (``total`` nodes) failed."""
     try:
         failed, total, percent = int(failed), int(total), float(max_fail_percentage)
     except (TypeError, ValueError):
-        raise UpgradeError("upgrade_max_fail_percentage is %r: give a number from 0 to 100" % (max_fail_percentage,))
+        raise UpgradeError("%s is %r: give a number from 0 to 100" % (name, max_fail_percentage))
     if not 0 <= percent <= 100:
-        raise UpgradeError("upgrade_max_fail_percentage is %r: give a number from 0 to 100" % (max_fail_percentage,))
+        raise UpgradeError("%s is %r: give a number from 0 to 100" % (name, max_fail_percentage))
     if total <= 0:
         return False
     return failed * 100.0 / total > percent

@@ -21,7 +21,7 @@ from ansible_collections.gpu_native.fleet.plugins.filter import nvidia_driver_ke
 from ansible_collections.gpu_native.fleet.plugins.filter import preflight as preflight_filters
 from ansible_collections.gpu_native.fleet.plugins.filter import upgrade as upgrade_filters
 
-FUZZ_TARGETS = ("cordon_decision", "gpu_policy_objects", "k8s_label_problems", "k8s_problems",
+FUZZ_TARGETS = ("cordon_decision", "node_joined", "gpu_policy_objects", "k8s_label_problems", "k8s_problems",
                 "nvidia_driver_kernel_module", "nvidia_driver_ubuntu_prebuilt_packages", "preflight_pod_problem",
                 "upgrade_at_version", "upgrade_budget_spent", "upgrade_max_unavailable", "upgrade_summary")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -53,6 +53,12 @@ def test_cordon_decision(node, owner, step, run_id, now, take_over):
     result = own_error_only(cordon_filter.cordon_decision, node, owner, step=step, run_id=run_id, now=now,
                             take_over=take_over)
     assert result is None or isinstance(result, dict)
+
+
+@given(node=VALUES, label_key=SCALARS, taint=SCALARS)
+def test_node_joined(node, label_key, taint):
+    result = own_error_only(cordon_filter.node_joined, node, label_key, taint)
+    assert result is None or isinstance(result, bool)
 
 
 CEL = None

@@ -104,3 +104,20 @@ def test_preflight_gate_and_summary(pods, rows):
     except AnsibleFilterError:
         pass
     assert len(pf.preflight_summary(rows).splitlines()) == len(rows) + 2
+
+
+@given(st.dictionaries(st.text(max_size=4), VALUES, max_size=4), st.lists(st.text(max_size=4), max_size=4))
+def test_preflight_summary_from_any_hostvars(hostvars, hosts):
+    summary = pf.preflight_summary(hostvars, hosts)
+    assert len(summary["rows"]) == len(hosts) and len(summary["table"].splitlines()) == len(hosts) + 2
+
+
+@given(st.dictionaries(st.sampled_from(["gpu_health", "dcgm_diag", "gpu_bandwidth"]), VALUES, max_size=3))
+def test_preflight_verdict_from_any_checks(checks):
+    try:
+        decision = pf.preflight_verdict([{"gate": "hardware", "checks": checks, "duration_s": 1}], required=["hardware"],
+                                        timestamp=1)
+    except AnsibleFilterError:
+        return
+    assert decision["gates"]["hardware"] in ("pass", "fail", "skip")
+    assert decision["outcome"] in ("joined", "cordoned", "left_cordoned")

@@ -165,3 +165,27 @@ def test_onboard_switches_are_booleans_or_refused():
         for value in ("yes", "off", 1, "abc", 2, [True]):
             validated = accepted("onboard.yml", {name: value})
             assert validated is None or isinstance(validated[name], bool)
+
+
+@pytest.mark.parametrize("playbook, name", [("onboard.yml", "onboard_serial"), ("preflight.yml", "preflight_serial")])
+@given(serial=VALUE)
+def test_the_checks_and_upgrade_max_unavailable_agree_on_serial(playbook, name, serial):
+    """The first play's assert and the filter the play's serial goes through (plugin_utils/upgrade.py) are one rule."""
+    try:
+        filtered = upgrade_max_unavailable(serial, name)
+    except AnsibleFilterError as exc:
+        assert "Fix: set %s" % name in str(exc)
+        filtered = None
+    if serial is not None and accepted(playbook, {name: serial}) is not None:
+        # what the first play lets through never stops the play's serial later
+        assert filtered is not None, (name, serial)
+        assert pct_to_int(filtered, 50) >= 1
+    if isinstance(serial, str) and filtered is None:
+        assert accepted(playbook, {name: serial}) is None, (name, serial)
+
+
+def test_preflight_serial_refuses_what_upgrade_max_unavailable_refuses():
+    for bad in ("abc", "0", "1.5", "", "101%", "0%"):
+        assert accepted("preflight.yml", {"preflight_serial": bad}) is None, bad
+    for good in (1, "2", "25%", "100%"):
+        assert accepted("preflight.yml", {"preflight_serial": good}) is not None, good

@@ -327,8 +327,9 @@ HEALTHY = dict(node=node_object(taints=[{"key": "gpu-native.io/unvalidated", "ef
                preflight_serving_volumes=[{"name": "models", "hostPath": {"path": "/srv/models"}}],
                preflight_serving_volume_mounts=[{"name": "models", "mountPath": "/models", "readOnly": True}])
 LLM_MODES = ("ok", "empty", "empty-text")
-# Every GPU held by a tenant's pod: the serving gate is skipped with the reason, the node is not failed.
-GPU_BUSY = dict(serving="ok", tenant_gpus=8)
+# Every GPU held by a tenant's pod, and preflight_evict false: the active tests (dcgmi diag -r 2, the CUDA kernel,
+# the serving pod) are skipped with the reason, the node is not failed (issue 25, item 1).
+GPU_BUSY = dict(serving="ok", tenant_gpus=8, preflight_evict=False)
 
 
 @pytest.fixture(scope="module")
@@ -409,11 +410,11 @@ def test_the_serving_pod_used_the_air_gapped_override_and_is_gone(fleet):
     fleet.plane.wait_for("every serving pod gone", lambda: fleet.serving_pods() == [], timeout=30)
 
 
-def test_a_node_whose_gpus_are_all_in_use_skips_the_serving_gate_and_is_not_failed(fleet):
+def test_a_node_whose_gpus_are_all_in_use_skips_the_active_tests_and_is_not_failed(fleet):
     text = " ".join(fleet.result.stdout.split())
-    assert "gpu-gpu-busy: PASSED (spec=pass, hardware=pass, kubernetes=pass, cuda=pass, serving=skip)" in text
-    assert ("gpu-gpu-busy: skipped serving: no nvidia.com/gpu free on the node: 8 allocatable, 8 requested by "
-            "gpu-operator/train-gpu-gpu-busy (8)") in text
+    assert "gpu-gpu-busy: PASSED (spec=pass, hardware=pass, kubernetes=pass, cuda=skip, serving=skip)" in text
+    busy = "GPU pods running: gpu-operator/train-gpu-gpu-busy (preflight_evict is false)"
+    assert "gpu-gpu-busy: skipped cuda: %s; serving: %s" % (busy, busy) in text
     node = fleet.node("gpu_busy")
     assert node["metadata"]["labels"]["gpu-native.io/preflight"] == "passed"
     assert fleet.kubelet_events("gpu_busy") == []   # no serving pod was started next to the tenant

@@ -276,3 +276,23 @@ def test_bad_annotation_keys_are_refused(kwargs, message):
     with pytest.raises(co.CordonError, match="Fix: ") as info:
         co.annotation_keys(**kwargs)
     assert message in str(info.value)
+
+
+def _node(unschedulable=False, labels=None, taints=None):
+    return {"metadata": {"name": "gpu-1", "labels": labels if labels is not None else {"gpu-native.io/preflight": "passed"}},
+            "spec": {"unschedulable": unschedulable, "taints": taints or []}}
+
+
+def test_is_joined_is_the_one_definition():
+    from ansible_collections.gpu_native.fleet.plugins.plugin_utils.cordon_ownership import is_joined, CordonError
+    assert is_joined(_node()) is True
+    assert is_joined(_node(unschedulable=True)) is False
+    assert is_joined(_node(labels={"gpu-native.io/preflight": "failed"})) is False
+    assert is_joined(_node(labels={})) is False
+    assert is_joined(_node(taints=[{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"}])) is False
+    assert is_joined(_node(taints=[{"key": "gpu-native.io/unvalidated"}]), registration_taint_key="") is True
+    assert is_joined(_node(labels={"x/y": "passed"}), label_key="x/y") is True
+    with pytest.raises(CordonError):
+        is_joined(_node(), label_key="bad key")
+    with pytest.raises(CordonError):
+        is_joined("gpu-1")

@@ -114,3 +114,73 @@ def test_summary_table():
     lines = text.splitlines()
     assert lines[0].split() == ["node", "spec", "hardware", "kubernetes", "cuda", "serving", "verdict", "why"]
     assert lines[3].split()[:8] == ["h100-err", "pass", "fail", "-", "-", "-", "cordoned", "hardware:"]
+
+
+# --- the gate from its checks (the check-result contract), the outcome, the summary rows -----------------------
+
+HEALTHY = {"status": "pass", "reasons": [], "gpu_ready": True}
+DCGM_FAIL = {"status": "fail", "reasons": ["dcgmi diag failed: memory on GPU 3"], "passed": False}
+NOT_ASKED = {"changed": False, "skipped": True, "false_condition": "preflight_dcgm | bool"}
+
+
+def test_a_gate_passes_when_its_checks_pass_and_keeps_skips_as_notes():
+    status, reasons = preflight.gate_from_checks("hardware", {
+        "gpu_health": HEALTHY, "dcgm_diag": NOT_ASKED,
+        "gpu_bandwidth": {"status": "skip", "reasons": ["nvbandwidth was not found"]}})
+    assert (status, reasons) == ("pass", ["bandwidth check skipped: nvbandwidth was not found"])
+
+
+def test_a_failed_or_errored_check_fails_the_gate_with_only_what_failed_in_order():
+    status, reasons = preflight.gate_from_checks("hardware", {
+        "gpu_health": {"status": "fail", "reasons": ["GPU 4 is unhealthy"]}, "dcgm_diag": DCGM_FAIL,
+        "gpu_bandwidth": {"status": "error", "reasons": ["nvbandwidth did not answer within 600 s."]}})
+    assert status == "fail"
+    assert reasons == ["GPU 4 is unhealthy", "dcgmi diag failed: memory on GPU 3", "nvbandwidth did not answer within 600 s."]
+
+
+def test_a_dcgm_that_is_missing_and_not_required_is_a_note_not_a_failure():
+    status, reasons = preflight.gate_from_checks("hardware", {
+        "gpu_health": HEALTHY, "dcgm_diag": {"status": "skip", "reasons": ["dcgmi was not found (not required)"]}})
+    assert status == "pass" and reasons == ["dcgmi was not found (not required)"]
+
+
+def test_a_gate_whose_checks_all_skipped_is_a_skip():
+    assert preflight.gate_from_checks("cuda", {"cuda_smoke": {"status": "skip", "reasons": ["check mode: ..."]}}) == (
+        "skip", ["check mode: ..."])
+
+
+def test_a_check_without_the_contract_fails_the_gate_naming_it():
+    status, reasons = preflight.gate_from_checks("cuda", {"cuda_smoke": {"passed": True}})
+    assert status == "fail" and "cuda_smoke returned no status and reasons" in reasons[0]
+    with pytest.raises(preflight.PreflightError):
+        preflight.gate_from_checks("cuda", [])
+
+
+@pytest.mark.parametrize("passed,owned,uncordon,expected", [
+    (False, True, True, "cordoned"), (True, True, True, "joined"), (True, False, True, "left_cordoned"),
+    (True, True, False, "left_cordoned"), (True, "false", True, "left_cordoned")])
+def test_the_outcome(passed, owned, uncordon, expected):
+    assert preflight.outcome({"passed": passed}, owned, uncordon) == expected
+
+
+class FakeHostVars(dict):
+    """hostvars as a filter sees it: a mapping whose values template on access (here: one that raises)."""
+
+
+class Broken(dict):
+    def get(self, key, default=None):
+        raise RuntimeError("template error")
+
+
+def test_summary_rows_cover_every_host_even_without_a_verdict():
+    hostvars = FakeHostVars({
+        "a": {"preflight_node_name": "gpu-a", "preflight_outcome": "joined",
+              "preflight_verdict": {"gates": {"spec": "pass"}, "reasons": []}},
+        "b": {"preflight_outcome": "cordoned", "preflight_verdict": {"gates": {"spec": "fail"}, "reasons": ["spec: x"]}},
+        "c": {},
+        "d": Broken()})
+    rows = preflight.summary_rows(hostvars, ["a", "b", "c", "d", "gone"])
+    assert [(r["node"], r["verdict"]) for r in rows] == [
+        ("gpu-a", "joined"), ("b", "cordoned"), ("c", preflight.NO_VERDICT), ("d", preflight.NO_VERDICT),
+        ("gone", preflight.NO_VERDICT)]
+    assert rows[1]["reasons"] == ["spec: x"] and rows[2]["gates"] == {}
