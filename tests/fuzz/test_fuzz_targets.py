@@ -111,6 +111,22 @@ def _expressions(node, key=None):
             yield match.group(1) or match.group(2)
 
 
+def _set_by_the_playbook(node):
+    """The facts a play sets itself (set_fact keys, register names): results it reads back, not user input."""
+    found = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("ansible.builtin.set_fact", "set_fact") and isinstance(value, dict):
+                found.update(value)
+            elif key == "register" and isinstance(value, str):
+                found.add(value)
+            found |= _set_by_the_playbook(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _set_by_the_playbook(value)
+    return found
+
+
 def _read_variables(name, prefix):
     import yaml  # pylint: disable=import-outside-toplevel
     with open(os.path.join(REPO, "playbooks", name), encoding="utf-8") as handle:
@@ -120,7 +136,7 @@ def _read_variables(name, prefix):
         if isinstance(play, dict) and "ansible.builtin.import_playbook" not in play:
             for expression in _expressions(play):
                 found.update(v for v in _NAME.findall(expression) if v.startswith(prefix))
-    return found
+    return found - _set_by_the_playbook(plays)
 
 
 def test_every_playbook_validates_the_variables_it_reads():
