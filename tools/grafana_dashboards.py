@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Generate the collection's Grafana dashboards (roles/gpu_readiness/files/dashboards/*.json).
 

@@ -270,7 +270,7 @@ def main():
         result = tools.run("dcgmi", ["diag", "-r", str(params["level"]), "-j"],
                            timeout=timeout or dcgm.LEVEL_TIMEOUTS[params["level"]])
     out = judge(result, required=params["required"])
-    out = check_result.result(out.pop("status"), out.pop("reasons"), **out)
+    out = check_result.result(**out)
     if out["status"] in (check_result.FAIL, check_result.ERROR) and params["fail_on_failure"]:
         module.fail_json(msg="; ".join(out["reasons"]) or "dcgmi diag did not pass.", changed=False, **out)
     module.exit_json(changed=False, **out)

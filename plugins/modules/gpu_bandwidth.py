@@ -384,14 +384,14 @@ def main():
                 out.update(status="skip", reasons=[
                     "check mode: nvbandwidth -t %s would run; nothing was run (run_in_check_mode=true runs it)"
                     % " ".join(testcases)])
-                module.exit_json(changed=False, **check_result.result(out.pop("status"), out.pop("reasons"), **out))
+                module.exit_json(changed=False, **check_result.result(**out))
             tools = node_tools.from_module_params(params, captured={}, tools=TOOL_OPTIONS)
             result = tools.run("nvbandwidth", args, timeout=params["timeout"])
     except node_tools.NodeToolsError as exc:
         module.fail_json(msg=str(exc))
     out = evaluate(result, testcases, product=params["product"], overrides=overrides, required=params["required"],
                    tools=tools)
-    out = check_result.result(out.pop("status"), out.pop("reasons"), **out)
+    out = check_result.result(**out)
     if out["status"] in (check_result.FAIL, check_result.ERROR) and params["fail_on_failure"]:
         module.fail_json(msg="; ".join(out["reasons"]) or "the bandwidth check did not pass.", changed=False, **out)
     module.exit_json(changed=False, **out)

@@ -517,9 +517,8 @@ def main():
         module.fail_json(msg=str(exc))
     result["sources"] = sources
     result["commands"] = [call.as_dict() for call in tools.calls]
-    reasons = result.pop("reasons")
-    module.exit_json(changed=False, **check_result.result(check_result.status_of(result["gpu_ready"]), reasons,
-                                                          **result))
+    result["status"] = check_result.status_of(result["gpu_ready"])
+    module.exit_json(changed=False, **check_result.result(**result))
 
 
 if __name__ == "__main__":

@@ -182,8 +182,9 @@ def main():
     except TaskDeadlineExceeded as exc:
         module.fail_json(msg=str(exc), changed=False, **check_result.result(check_result.ERROR, [str(exc)],
                                                                             passed=False))
-    reasons = result.pop("reasons", [])
-    result = check_result.result(check_result.status_of(result["passed"]), reasons, **result)
+    result.setdefault("reasons", [])
+    result["status"] = check_result.status_of(result["passed"])
+    result = check_result.result(**result)
     if not result["passed"] and params["fail_on_failure"]:
         module.fail_json(msg="LLM smoke test failed: %s" % "; ".join(result["reasons"]), changed=False, **result)
     module.exit_json(changed=False, **result)

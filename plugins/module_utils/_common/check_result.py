@@ -72,8 +72,8 @@ def result(status, reasons=None, **extras):
     out["status"] = status
     out["reasons"] = reasons_of(reasons)
     if status in (FAIL, SKIP, ERROR) and not out["reasons"]:
-        out["reasons"] = ["%s without a reason (report this as a bug)" % {FAIL: "failed", SKIP: "skipped",
-                                                                         ERROR: "errored"}[status]]
+        what = {FAIL: "failed", SKIP: "skipped", ERROR: "errored"}[status]
+        out["reasons"] = ["%s without a reason (report this as a bug)" % what]
     return check(out)
 
 

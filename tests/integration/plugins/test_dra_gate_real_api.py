@@ -32,10 +32,11 @@ def fixture(name):
 @pytest.fixture(scope="module")
 def device_classes(kube_cluster):
     """The driver's DeviceClasses (cluster-scoped, fixed names): created when absent, left for the session."""
-    for item in yaml.safe_load_all(fixture("deviceclasses.yaml")):
+    items = [yaml.safe_load(fixture(name)) for name in ("deviceclass-gpu.yaml", "deviceclass-mig.yaml", "deviceclass-vfio-gpu.yaml")]
+    for item in items:
         status, answer = kube_cluster.request("POST", CLASSES, item)
         assert status in (201, 409), answer
-    return [item["metadata"]["name"] for item in yaml.safe_load_all(fixture("deviceclasses.yaml"))]
+    return [item["metadata"]["name"] for item in items]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import testlib
 from kube_cluster import KubeletStandin
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_preflight_role import DCGM_PASS, STANDINS, CAPTURES, host_vars  # noqa: E402
+from test_preflight_role import DCGM_PASS, CAPTURES, host_vars  # noqa: E402
 
 FLEET = 5
 
@@ -150,8 +150,8 @@ def test_batches_of_two_and_a_tenant_pod_evicted_first(kube_cluster, kube_job_ku
     assert "Preflight summary" in result.stdout
 
 
-def test_one_at_a_time_and_a_busy_node_skipped_not_failed_without_eviction(kube_cluster, kube_job_kubeconfig, fleet,
-                                                                            tmp_path):
+def test_one_at_a_time_and_a_busy_node_skipped_not_failed_without_eviction(
+        kube_cluster, kube_job_kubeconfig, fleet, tmp_path):
     kubeconfig = kube_job_kubeconfig("onboarding")
     busy = fleet.nodes[3]
     key = fleet.tenant(busy, "train-1")

@@ -17,7 +17,6 @@ Pending in ImagePullBackOff.  The API outage is a TCP relay in front of the real
 """
 import json
 import os
-import secrets
 import sys
 
 import pytest

@@ -29,7 +29,7 @@ def slice_for(name="resourceslice_a100_gpu.yaml", node=NODE):
     return obj
 
 
-CLASSES = list(yaml.safe_load_all(_load("deviceclasses.yaml")))
+CLASSES = [yaml.safe_load(_load(name)) for name in ("deviceclass-gpu.yaml", "deviceclass-mig.yaml", "deviceclass-vfio-gpu.yaml")]
 SMI_GPU = _load("nvidia_smi_L_a100_gpu.txt")
 SMI_MIG = _load("nvidia_smi_L_a100_mig.txt")
 READY_POD = {"metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin-5qhc7"},
