@@ -233,6 +233,25 @@ def render_cel(cel_data, runtime_class_name, gpu_resources, extra_rules=(), gpu_
     }
 
 
+def _enforcement(action, failure_policy, vap_validation_actions):
+    """The VAP validation actions for ``action`` (checked with ``failure_policy`` and the list given, if any): one
+    rule for the pod guardrails and the claim guardrails."""
+    if action not in ACTIONS:
+        _fail("gpu_policies_action is %r. Fix: set it to Enforce or Audit." % (action,))
+    if failure_policy not in FAILURE_POLICIES:
+        _fail("gpu_policies_failure_policy is %r. Fix: set it to Fail or Ignore." % (failure_policy,))
+    if not vap_validation_actions:
+        vap_validation_actions = ["Deny"] if action == "Enforce" else ["Warn", "Audit"]
+    if (not isinstance(vap_validation_actions, list)
+            or any(item not in VAP_ACTIONS for item in vap_validation_actions)
+            or len(set(vap_validation_actions)) != len(vap_validation_actions)
+            or ("Deny" in vap_validation_actions and "Warn" in vap_validation_actions)):
+        _fail("gpu_policies_vap_validation_actions (%r) must be a list of Deny, Warn and Audit without duplicates, "
+              "and Deny and Warn never together (the API server refuses that). Fix: e.g. [Deny] or [Warn, Audit], "
+              "or [] to follow gpu_policies_action." % (vap_validation_actions,))
+    return vap_validation_actions
+
+
 def render_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", runtime_class_name="nvidia",
                           gpu_resources=("nvidia.com/gpu",), excluded_namespaces=(), action="Enforce",
                           vap_validation_actions=None, failure_policy="Fail", extra_rules=(), labels=None,
@@ -281,19 +300,7 @@ def render_policy_objects(cel_data, engine="vap", name="gpu-pod-guardrails", run
                 or not _LABEL_VALUE_RE.match(value):
             _fail("gpu_policies_namespace_match_labels has %r: %r, not a label key and value. Fix: correct it "
                   "(values are strings of at most 63 letters, digits, '-', '_', '.'; quote true)." % (key, value))
-    if action not in ACTIONS:
-        _fail("gpu_policies_action is %r. Fix: set it to Enforce or Audit." % (action,))
-    if failure_policy not in FAILURE_POLICIES:
-        _fail("gpu_policies_failure_policy is %r. Fix: set it to Fail or Ignore." % (failure_policy,))
-    if not vap_validation_actions:
-        vap_validation_actions = ["Deny"] if action == "Enforce" else ["Warn", "Audit"]
-    if (not isinstance(vap_validation_actions, list)
-            or any(item not in VAP_ACTIONS for item in vap_validation_actions)
-            or len(set(vap_validation_actions)) != len(vap_validation_actions)
-            or ("Deny" in vap_validation_actions and "Warn" in vap_validation_actions)):
-        _fail("gpu_policies_vap_validation_actions (%r) must be a list of Deny, Warn and Audit without duplicates, "
-              "and Deny and Warn never together (the API server refuses that). Fix: e.g. [Deny] or [Warn, Audit], "
-              "or [] to follow gpu_policies_action." % (vap_validation_actions,))
+    vap_validation_actions = _enforcement(action, failure_policy, vap_validation_actions)
     extra_rules = list(extra_rules) if isinstance(extra_rules, (list, tuple)) else extra_rules
     check_rules(extra_rules, "gpu_policies_extra_rules")
     _check_data(cel_data)
@@ -369,12 +376,7 @@ def render_claim_policy_objects(claim_cel, engine="vap", name="gpu-claim-guardra
     admin_namespaces = list(admin_namespaces) if isinstance(admin_namespaces, (list, tuple)) else admin_namespaces
     _check_names(admin_namespaces, "gpu_policies_dra_admin_namespaces", _DNS_LABEL_RE,
                  "a namespace name (lowercase DNS label)", MAX_NAMESPACES)
-    if action not in ACTIONS:
-        _fail("gpu_policies_action is %r. Fix: set it to Enforce or Audit." % (action,))
-    if failure_policy not in FAILURE_POLICIES:
-        _fail("gpu_policies_failure_policy is %r. Fix: set it to Fail or Ignore." % (failure_policy,))
-    if not vap_validation_actions:
-        vap_validation_actions = ["Deny"] if action == "Enforce" else ["Warn", "Audit"]
+    vap_validation_actions = _enforcement(action, failure_policy, vap_validation_actions)
     if (not isinstance(claim_cel, dict) or not isinstance(claim_cel.get("match_condition"), str)
             or not isinstance(claim_cel.get("macros") or {}, dict)):
         _fail("the role's claim CEL data (vars/main.yml __gpu_policies_claim_cel) needs match_condition, variables "

@@ -69,7 +69,10 @@ def test_unrestricted_by_default():
 
 @pytest.mark.parametrize("kwargs", [{"class_namespaces": ["x"]}, {"class_namespaces": {"Bad_Class": ["a"]}},
                                     {"class_namespaces": {"gpu.nvidia.com": ["Not A Namespace"]}},
-                                    {"admin_namespaces": "kube-system"}, {"engine": "both2"}, {"name": "X"}])
+                                    {"admin_namespaces": "kube-system"}, {"engine": "both2"}, {"name": "X"},
+                                    # the API server refuses Deny with Warn: the same rule as the pod guardrails'
+                                    {"vap_validation_actions": ["Deny", "Warn"]},
+                                    {"vap_validation_actions": ["Deny", "Deny"]}, {"action": "Block"}])
 def test_bad_settings_are_refused(kwargs):
     args = dict(engine="vap")
     args.update(kwargs)
