@@ -21,6 +21,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text impo
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import device_plugin_config as shared_plugin_config
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     MIG_ANY,
     MIG_PREFIX,
@@ -49,7 +50,7 @@ GFD_DRIVER_TRIO = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor
 
 
 #: The node label the device plugin's config-manager selects a config by (roles/device_plugin_config).
-PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+PLUGIN_CONFIG_LABEL = shared_plugin_config.NODE_LABEL
 #: Keys of the device plugin settings the collection renders (roles/device_plugin_config, one node class).
 PLUGIN_CLASS_KEYS = ("mig_strategy", "time_slicing_resources", "time_slicing_rename_by_default")
 PLUGIN_SETTING_KEYS = PLUGIN_CLASS_KEYS + ("classes", "node_classes", "default_name", "label")
@@ -212,41 +213,20 @@ def device_plugin_config(settings, node_name=None, node_labels=None):
                              % (unknown[0], ", ".join(PLUGIN_SETTING_KEYS)))
     if all(settings.get(key) in (None, "", [], {}) for key in ("mig_strategy", "time_slicing_resources", "classes")):
         return None, None
-    classes = settings.get("classes") or {}
-    node_classes = settings.get("node_classes") or {}
-    for key, value in (("classes", classes), ("node_classes", node_classes)):
-        if not isinstance(value, dict):
+    for key in ("classes", "node_classes"):
+        if settings.get(key) not in (None, "") and not isinstance(settings.get(key), dict):
             raise PreflightError("preflight_device_plugin.%s is not a mapping. Fix: give device_plugin_config_%s as "
                                  "a mapping." % (key, key))
-    default_name = settings.get("default_name") or "default"
-    label = settings.get("label") or PLUGIN_CONFIG_LABEL
-    chosen = (node_labels or {}).get(label) or node_classes.get(node_name) or default_name
-    values = {"mig_strategy": settings.get("mig_strategy") or "none",
-              "time_slicing_resources": settings.get("time_slicing_resources") or [],
-              "time_slicing_rename_by_default": settings.get("time_slicing_rename_by_default")}
-    if chosen in classes:
-        overrides = classes[chosen]
-        if not isinstance(overrides, dict):
-            raise PreflightError("preflight_device_plugin.classes.%s is not a mapping. Fix: give the node class as a "
-                                 "mapping of %s." % (chosen, ", ".join(PLUGIN_CLASS_KEYS)))
-        for key in PLUGIN_CLASS_KEYS:
-            if key in overrides:
-                values[key] = overrides[key]
-    elif chosen != default_name:
-        raise PreflightError("the node's device plugin config %s is not one of device_plugin_config_classes (%s). "
-                             "Fix: define that class, or label the node with one that exists."
-                             % (chosen, ", ".join(sorted(classes)) or "none"))
-    config = {"version": "v1", "flags": {"migStrategy": values["mig_strategy"] or "none"}}
-    resources = values["time_slicing_resources"] or []
-    if not isinstance(resources, list):
-        raise PreflightError("the time-slicing resources of device plugin config %s are not a list. Fix: list them as "
-                             "[{name: nvidia.com/gpu, replicas: 4}]." % chosen)
-    if resources:
-        config["sharing"] = {"timeSlicing": {
-            "renameByDefault": _truthy(values["time_slicing_rename_by_default"]),
-            "resources": [dict((key, item[key]) for key in ("name", "replicas", "devices") if key in item)
-                          if isinstance(item, dict) else item for item in resources]}}
-    return config, chosen
+    # Only the settings that change counts are passed on; a class may still set the others, which the shared
+    # code checks as the device_plugin_config role does.
+    base = dict((key, settings.get(key)) for key in PLUGIN_CLASS_KEYS if settings.get(key) is not None)
+    base.setdefault("mig_strategy", "none")
+    try:
+        return shared_plugin_config.node_config(
+            base, settings.get("classes") or {}, settings.get("default_name") or "default",
+            settings.get("node_classes") or {}, node_name, node_labels, settings.get("label") or PLUGIN_CONFIG_LABEL)
+    except shared_plugin_config.DevicePluginConfigError as exc:
+        raise PreflightError(str(exc))
 
 
 def mig_devices_per_profile(actual):

@@ -15,13 +15,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.gpu_native.fleet.plugins.filter import cordon_decision as cordon_filter
+from ansible_collections.gpu_native.fleet.plugins.filter import device_plugin_config as device_plugin_filter
 from ansible_collections.gpu_native.fleet.plugins.filter import gpu_policy_objects as policy_filter
 from ansible_collections.gpu_native.fleet.plugins.filter import k8s_label_problems as label_filters
 from ansible_collections.gpu_native.fleet.plugins.filter import nvidia_driver_kernel_module as driver_filters
 from ansible_collections.gpu_native.fleet.plugins.filter import preflight as preflight_filters
 from ansible_collections.gpu_native.fleet.plugins.filter import upgrade as upgrade_filters
 
-FUZZ_TARGETS = ("cordon_decision", "node_joined", "gpu_policy_objects", "k8s_label_problems", "k8s_problems",
+FUZZ_TARGETS = ("cordon_decision", "device_plugin_configs", "node_joined", "gpu_policy_objects", "k8s_label_problems", "k8s_problems",
                 "nvidia_driver_kernel_module", "nvidia_driver_ubuntu_prebuilt_packages", "preflight_pod_problem",
                 "upgrade_at_version", "upgrade_budget_spent", "upgrade_max_unavailable", "upgrade_summary")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -53,6 +54,28 @@ def test_cordon_decision(node, owner, step, run_id, now, take_over):
     result = own_error_only(cordon_filter.cordon_decision, node, owner, step=step, run_id=run_id, now=now,
                             take_over=take_over)
     assert result is None or isinstance(result, dict)
+
+
+PLUGIN_KEYS = st.sampled_from(["mig_strategy", "allocation_policy", "device_list_strategy", "fail_on_init_error",
+                               "time_slicing_resources", "time_slicing_rename_by_default", "name", "replicas", "rename",
+                               "devices", "default", "typo"])
+PLUGIN_VALUES = st.recursive(
+    st.one_of(SCALARS, st.sampled_from(["none", "single", "mixed", "packed", "distributed", "cdi-cri", "nvidia.com/gpu",
+                                        "all", "4"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(PLUGIN_KEYS, inner, max_size=4)),
+    max_leaves=16)
+
+
+@given(settings=st.one_of(st.dictionaries(PLUGIN_KEYS, PLUGIN_VALUES, max_size=6), PLUGIN_VALUES),
+       classes=st.one_of(st.dictionaries(st.text(max_size=8), PLUGIN_VALUES, max_size=3), PLUGIN_VALUES),
+       default_name=SCALARS, node_classes=PLUGIN_VALUES)
+def test_device_plugin_configs(settings, classes, default_name, node_classes):
+    result = own_error_only(device_plugin_filter.device_plugin_configs, settings, classes, default_name, node_classes)
+    if result is not None:
+        assert set(result) == {"configs", "packed", "problems"}
+        assert bool(result["configs"]) != bool(result["problems"])  # something is published, or it says why not
+        for text in result["configs"].values():
+            assert isinstance(yaml.safe_load(text), dict)
 
 
 @given(node=VALUES, label_key=SCALARS, taint=SCALARS)

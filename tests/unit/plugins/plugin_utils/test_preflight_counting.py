@@ -138,9 +138,9 @@ def test_no_gpu_facts_compares_nothing_and_says_so():
 
 @pytest.mark.parametrize("settings,fragment", [
     ({"mig_stratgy": "mixed"}, "preflight_device_plugin.mig_stratgy is not a known key"),
-    ({"mig_strategy": "both"}, "flags.migStrategy is 'both'"),
+    ({"mig_strategy": "both"}, "migStrategy both must be none, single or mixed"),
     ({"classes": {"a": {}}, "node_classes": {"gpu-1": "missing"}}, "config missing is not one of"),
-    ({"time_slicing_resources": [{"name": "nvidia.com/gpu"}]}, "replicas is missing"),
+    ({"time_slicing_resources": [{"name": "nvidia.com/gpu"}]}, "needs replicas >= 1"),
     ("mixed", "preflight_device_plugin is not a mapping"),
 ])
 def test_bad_device_plugin_settings_are_refused_with_the_fix(settings, fragment):
@@ -218,8 +218,8 @@ def test_bad_settings_fail_the_gate_with_the_reason():
     counting = dict(MIG_COUNTING, device_plugin={"mig_strategy": "both"})
     gate = preflight_kubernetes_gate(_node({"nvidia.com/gpu": "1"}), [READY_POD], {}, {}, counting=counting)
     assert gate["status"] == FAIL
-    assert gate["reasons"][0].startswith("the expected allocatable cannot be counted: device_plugin_config.flags."
-                                         "migStrategy is 'both'")
+    assert gate["reasons"][0].startswith("the expected allocatable cannot be counted: Device plugin config default: "
+                                         "migStrategy both must be none, single or mixed")
 
 
 def test_unknown_counting_keys_are_refused():

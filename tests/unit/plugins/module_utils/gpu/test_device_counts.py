@@ -1,14 +1,13 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Expected device-plugin resources (issue #12 section 3): time-slicing, renameByDefault, MPS, MIG single and mixed."""
-import json
 import os
 
-import jinja2
 import pytest
 import yaml
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import device_counts as dc
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import gpu_health as gh
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import device_plugin_config
 
 from gpu_fixtures import REPO, text
 
@@ -20,16 +19,13 @@ def mig(count):
 
 
 def rendered_config(**settings):
-    """The config roles/device_plugin_config renders for these class settings (its own template)."""
+    """The config roles/device_plugin_config publishes for these class settings (its own renderer, read back)."""
     values = {"mig_strategy": "none", "fail_on_init_error": True, "allocation_policy": "packed",
               "device_list_strategy": "volume-mounts", "time_slicing_resources": [], "time_slicing_rename_by_default": False}
     values.update(settings)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters["to_json"] = json.dumps
-    env.filters["bool"] = bool
-    with open(os.path.join(REPO, "roles", "device_plugin_config", "templates", "config.yaml.j2")) as handle:
-        template = env.from_string(handle.read())
-    return yaml.safe_load(template.render(__device_plugin_config_class=values))
+    result = device_plugin_config.render_all(values)
+    assert result["problems"] == []
+    return yaml.safe_load(result["configs"]["default"])
 
 
 def test_device_list_strategy_is_rendered_where_the_plugin_reads_it():
