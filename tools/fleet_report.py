@@ -28,18 +28,20 @@ PLAYBOOK = os.path.join(REPO, "playbooks", "compliance.yml")
 NODE_TASK = "Run the node checks in one execution"
 
 
-def _report_checks():
-    """The report's check names from the collection's one list (plugins/module_utils/spec/compliance_checks.py),
-    loaded by path: this tool runs from a checkout without the collection on sys.path."""
+def _collection_module(relative):
+    """A module of the collection, loaded by path: this tool runs from a checkout without the collection on
+    sys.path."""
     import importlib.util  # pylint: disable=import-outside-toplevel
-    path = os.path.join(REPO, "plugins", "module_utils", "spec", "compliance_checks.py")
-    spec = importlib.util.spec_from_file_location("gpu_native_fleet_compliance_checks", path)
+    path = os.path.join(REPO, "plugins", "module_utils", *relative.split("/"))
+    spec = importlib.util.spec_from_file_location("gpu_native_fleet_" + relative.replace("/", "_")[:-3], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.REPORT_CHECKS
+    return module
 
 
-CHECKS = _report_checks()
+# The report's check names from the collection's one list, and its one table renderer.
+CHECKS = _collection_module("spec/compliance_checks.py").REPORT_CHECKS
+fixed_width_table = _collection_module("_common/text.py").fixed_width_table
 SHORT = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "skip": "-", "unreachable": "UNREACHABLE"}
 
 
@@ -69,11 +71,8 @@ def table(rows):
         if row["host"] not in hosts:
             hosts.append(row["host"])
         cells[(row["host"], row["check"])] = SHORT.get(row["status"], row["status"])
-    width = max([4] + [len(h) for h in hosts])
-    lines = ["%-*s  %s" % (width, "host", "  ".join("%-12s" % c for c in CHECKS))]
-    for host in hosts:
-        lines.append("%-*s  %s" % (width, host, "  ".join("%-12s" % cells.get((host, c), "") for c in CHECKS)))
-    return "\n".join(line.rstrip() for line in lines)
+    return fixed_width_table([["host"] + list(CHECKS)] + [[host] + [cells.get((host, check), "") for check in CHECKS]
+                                                           for host in hosts])
 
 
 def artifact_data(runner):

@@ -11,6 +11,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import fixed_width_table
+
 _STATUS_ORDER = {"fail": 0, "unknown": 1, "pass": 2}
 _COLUMNS = ("host", "item", "expected", "actual", "status", "note")
 
@@ -140,11 +142,8 @@ def spec_matrix_report(data, format="markdown", only_problems=False, summary=Tru
         for row in rows:
             lines.append("| " + " | ".join(_markdown_cell(row[c] or "") for c in columns) + " |")
     else:
-        widths = dict((c, max([len(c)] + [len(row[c] or "") for row in rows])) for c in columns)
-        lines.append("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-        lines.append("  ".join("-" * widths[c] for c in columns))
-        for row in rows:
-            lines.append("  ".join((row[c] or "").ljust(widths[c]) for c in columns).rstrip())
+        lines.append(fixed_width_table([[c.upper() for c in columns]]
+                                       + [[row[c] or "" for c in columns] for row in rows]))
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ __metaclass__ = type
 import math
 import re
 
-from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import squash
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import fixed_width_table, squash
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
@@ -671,17 +671,6 @@ def summary_table(rows):
         table.append([_short(row.get("node", "?")) or "?"] + [_short(gates.get(gate, "-"))[:20] for gate in GATES]
                      + [_short(row.get("verdict", "?")) or "?", _short(first)[:90]])
     return fixed_width_table(table)
-
-
-def fixed_width_table(table):
-    """Rows of text cells (the first is the header) as aligned columns, with a dashed rule under the header."""
-    widths = [max(len(line[col]) for line in table) for col in range(len(table[0]))]
-    out = []
-    for index, line in enumerate(table):
-        out.append("  ".join(cell.ljust(widths[col]) for col, cell in enumerate(line)).rstrip())
-        if index == 0:
-            out.append("  ".join("-" * width for width in widths))
-    return "\n".join(out)
 
 
 def serving_pod_problem(pod, timeout_s=None):

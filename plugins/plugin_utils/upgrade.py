@@ -12,7 +12,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
-from ansible_collections.gpu_native.fleet.plugins.plugin_utils.preflight import fixed_width_table
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import fixed_width_table
 
 _COUNT = re.compile(r"^[1-9][0-9]{0,5}$")
 _PERCENT = re.compile(r"^([1-9][0-9]?|100)%$")

@@ -26,6 +26,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import squash
 
 PASS = "pass"
 FAIL = "fail"
@@ -48,8 +49,7 @@ class CheckResultError(FleetError, ValueError):
 
 
 def _one_line(text):
-    text = " ".join(str(text).split())
-    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
+    return squash(text, MAX_REASON_CHARS, fit=True)
 
 
 def reasons_of(reasons):

@@ -4,7 +4,8 @@
 # Private to the gpu_native.fleet collection: not a public API; it may change in any release.
 # Runs on managed nodes (in the modules that import it, some also in the gpu_readiness agent) and on the controller:
 # standard library only, Python 3.8+.
-"""Text helpers for messages: one line, bounded (issue 24, 6: they were written four times).
+"""Text helpers for messages: one line, bounded (issue 24, 6: they were written four times), and the one
+fixed-width table every summary prints.
 
 A message quotes what a tool printed or what a user gave; these keep the quote on one line and bounded, so a
 failure reads as one line however large or multi-line the input was.
@@ -38,3 +39,21 @@ def first_line(text, limit=None, ellipsis=True):
                 return line
             return clip(line, limit) if ellipsis else line[:limit]
     return ""
+
+
+def fixed_width_table(table):
+    """Rows of text cells (the first is the header) as aligned columns, with a dashed rule under the header.
+
+    The one renderer of the collection's text tables (the preflight and upgrade summaries, spec_matrix_report's
+    text form, tools/fleet_report.py): each column as wide as its widest cell, two spaces between columns, no
+    trailing blanks.
+    """
+    if not table:
+        return ""
+    widths = [max(len(line[col]) for line in table) for col in range(len(table[0]))]
+    out = []
+    for index, line in enumerate(table):
+        out.append("  ".join(cell.ljust(widths[col]) for col, cell in enumerate(line)).rstrip())
+        if index == 0:
+            out.append("  ".join("-" * width for width in widths))
+    return "\n".join(out)

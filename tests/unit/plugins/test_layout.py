@@ -6,6 +6,7 @@ module and no node agent may import. Each shared file declares itself private to
 """
 import ast
 import os
+import re
 
 import pytest
 
@@ -60,3 +61,26 @@ def test_each_shared_file_says_it_is_private_and_where_it_runs(path):
                          ids=lambda p: os.path.relpath(p, REPO))
 def test_node_code_never_imports_controller_code(path):
     assert not [name for name in imported_modules(path) if ".plugin_utils" in name or ".plugins.filter" in name]
+
+
+TABLE_RULE = re.compile(r"""["']-["']\s*\*""")  # the dashed rule under a table's header
+
+
+def test_one_table_renderer():
+    """Every text table is drawn by module_utils/_common/text.py's fixed_width_table (issue 24, 6: there were
+    three renderers, each with its own widths)."""
+    owner = os.path.join(MODULE_UTILS, "_common", "text.py")
+    drawing = [os.path.relpath(path, REPO)
+               for path in python_files(os.path.join(REPO, "plugins"), os.path.join(REPO, "tools"))
+               if path != owner and TABLE_RULE.search(open(path, encoding="utf-8").read())]
+    assert drawing == [], "these draw a table of their own; use fixed_width_table: %s" % drawing
+
+
+def test_fixed_width_table():
+    from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import fixed_width_table
+    assert fixed_width_table([["node", "verdict"], ["gpu-a", "pass"], ["gpu-long-name", ""]]) == (
+        "node           verdict\n"
+        "-------------  -------\n"
+        "gpu-a          pass\n"
+        "gpu-long-name")
+    assert fixed_width_table([]) == ""
