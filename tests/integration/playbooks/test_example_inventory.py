@@ -225,3 +225,22 @@ def test_the_profile_variables_default_to_gpu_native_spec_profile(role, name):
     specs = _yaml("roles", role, "meta", "argument_specs.yml")["argument_specs"]
     documented = [spec["options"][name] for spec in specs.values() if name in (spec.get("options") or {})]
     assert documented and all(option.get("default") == wanted for option in documented)
+
+
+@pytest.mark.parametrize("document", ["README.md", os.path.join("docs", "spec_matrix.md")])
+def test_the_documented_matrices_ask_for_the_toolkit_the_role_installs(document):
+    """The matrix examples users copy ask for the toolkit the role installs (they said 1.17.3 against 1.18.1-1)."""
+    with open(os.path.join(testlib.REPO_ROOT, document), encoding="utf-8") as handle:
+        blocks = re.findall(r"```yaml\n(.*?)```", handle.read(), re.S)
+    version = _upstream(_defaults("container_toolkit")["container_toolkit_version"])
+    seen = []
+    for block in blocks:
+        data = yaml.safe_load(block)
+        if not isinstance(data, dict) or "gpu_native_spec_matrix" not in data:
+            continue
+        for name, profile in data["gpu_native_spec_matrix"]["profiles"].items():
+            wanted = (profile.get("container_toolkit") or {}).get("version")
+            if wanted is not None:
+                seen.append((name, wanted))
+    assert seen and all(spec_matrix.validate_matrix({"profiles": {"p": {"container_toolkit": {"version": w}}}})
+                        ["profiles"]["p"]["container_toolkit"]["version"].matches(version) for _, w in seen), seen
