@@ -12,6 +12,7 @@ __metaclass__ = type
 
 import json
 import os
+import re
 
 import yaml
 
@@ -104,3 +105,34 @@ def test_the_argument_spec_refuses_a_wrong_type(tmp_path):
     assert result.returncode == 2, result.stdout[-3000:]
     assert "node_sysctl_settings" in result.stdout and "dict" in result.stdout
     assert not (tmp_path / "sysctl.d" / "90-gpu-native.conf").exists()
+
+
+def _tasks_naming(node, role):
+    """Every task or roles: entry (dict) under ``node`` that runs ``role``."""
+    found = []
+    if isinstance(node, dict):
+        if node.get("role") == role or (node.get("ansible.builtin.include_role") or {}).get("name") == role:
+            found.append(node)
+        for value in node.values():
+            found += _tasks_naming(value, role)
+    elif isinstance(node, list):
+        for item in node:
+            found += _tasks_naming(item, role)
+    return found
+
+
+def test_the_playbooks_run_the_role_behind_their_switch():
+    for playbook, switch in (("onboard.yml", "onboard_sysctl"), ("node_runtime.yml", "node_runtime_sysctl")):
+        with open(os.path.join(testlib.REPO_ROOT, "playbooks", playbook), encoding="utf-8") as handle:
+            plays = yaml.safe_load(handle)
+        entries = _tasks_naming(plays, "gpu_native.fleet.node_sysctl")
+        assert len(entries) == 1, playbook
+        assert entries[0]["when"] == "%s | default(true) | bool" % switch, playbook
+        # the switch is checked with the other playbook-level variables, before any node is touched
+        spec = plays[0]["tasks"][0]["ansible.builtin.validate_argument_spec"]["argument_spec"]
+        assert spec[switch] == {"type": "bool"}, playbook
+    # the test hosts (containers) cannot set kernel parameters: their scenarios turn it off
+    for path, switch in (("molecule/onboard/molecule.yml", "onboard_sysctl"),
+                         ("molecule/node_stack/converge.yml", "node_runtime_sysctl")):
+        with open(os.path.join(testlib.REPO_ROOT, path), encoding="utf-8") as handle:
+            assert re.search(r"^\s+%s: false$" % switch, handle.read(), re.M), path
