@@ -100,6 +100,13 @@ def test_bad_values_are_refused_before_anything_changes(tmp_path):
     assert os.listdir(str(tmp_path / "sysctl.d")) == []
 
 
+def test_a_file_that_is_not_an_absolute_conf_path_is_refused(tmp_path):
+    result = _run(tmp_path, node_sysctl_file="sysctl.d/90-gpu-native")
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert 'node_sysctl_file "sysctl.d/90-gpu-native"' in result.stdout
+    assert os.listdir(str(tmp_path / "sysctl.d")) == []
+
+
 def test_the_argument_spec_refuses_a_wrong_type(tmp_path):
     result = _run(tmp_path, node_sysctl_settings=["vm.max_map_count"])
     assert result.returncode == 2, result.stdout[-3000:]
