@@ -244,3 +244,40 @@ def test_the_documented_matrices_ask_for_the_toolkit_the_role_installs(document)
                 seen.append((name, wanted))
     assert seen and all(spec_matrix.validate_matrix({"profiles": {"p": {"container_toolkit": {"version": w}}}})
                         ["profiles"]["p"]["container_toolkit"]["version"].matches(version) for _, w in seen), seen
+
+
+def _mig_check(host, product, count):
+    """gpu_native.fleet.mig_config on the host's mig_config / mig_config_name, templated by Ansible from the example."""
+    gpus = [{"index": index, "product": product} for index in range(count)]
+    args = json.dumps({"config": "{{ mig_config }}", "select": "{{ mig_config_name }}", "gpus": gpus})
+    proc = subprocess.run([os.path.join(testlib.VENV_BIN, "ansible"), "-i", INVENTORY, host, "-c", "local",
+                           "-m", "gpu_native.fleet.mig_config", "-a", args], env=testlib.ansible_env(),
+                          cwd=testlib.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return json.loads(proc.stdout.split("=>", 1)[1])
+
+
+def test_a_profile_with_mig_enabled_gets_a_layout_the_mig_role_can_apply(hostvars, matrix):
+    """h200 requires gpu.mig_mode enabled: without a layout onboarding left MIG off and compliance failed."""
+    wrong = []
+    for name, variables in _hosts_by_profile(hostvars).items():
+        gpu = matrix["profiles"][name].get("gpu", {})
+        layout = _effective(variables, "mig", "mig_config_name")
+        mig_mode = gpu["mig_mode"].text if "mig_mode" in gpu else None
+        if mig_mode != "enabled":
+            if layout:
+                wrong.append("%s: mig_mode %s, but mig_config_name %s" % (name, mig_mode, layout))
+            continue
+        if not layout:
+            wrong.append("%s: mig_mode enabled, mig_config_name unset (onboard.yml skips the mig role)" % name)
+            continue
+        if variables.get("compliance_mig_layout") not in (layout, "{{ mig_config_name }}"):
+            wrong.append("%s: compliance_mig_layout %r, the layout is %s" % (name, variables.get("compliance_mig_layout"),
+                                                                            layout))
+        host = sorted(h for h, v in hostvars.items() if v.get("gpu_native_spec_profile") == name)[0]
+        result = _mig_check(host, gpu["product"].text, int(gpu["count"].text))
+        placements = result["configs"][layout]["placements"]
+        if not result["valid"] or not all(g["mig_enabled"] for entry in placements for g in entry):
+            wrong.append("%s: layout %s: %s" % (name, layout, result["errors"] or placements))
+    assert wrong == []
