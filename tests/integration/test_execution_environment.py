@@ -78,6 +78,7 @@ def test_ansible_builder_create_context(tmp_path):
     lines = containerfile.splitlines()
     python = lines.index("RUN /output/scripts/install-from-bindep && rm -rf /output/wheels")
     deps = [n for n, line in enumerate(lines) if line.startswith("RUN ansible-galaxy collection install --offline")
+            and "gpu-native-deps/ansible-posix.tar.gz" in line
             and "gpu-native-deps/community-general.tar.gz" in line and "kubernetes-core.tar.gz" in line
             and "awx-awx.tar.gz" in line]
     own = [n for n, line in enumerate(lines) if line.startswith("RUN ansible-galaxy collection install --offline")

@@ -28,7 +28,7 @@ base_image="localhost/gpu-native/ee-base:latest"
 rootfs_image="localhost/gpu-native/debian12-rootfs:latest"
 mirror="${DEBIAN_MIRROR:-}"
 force="${1:-}"
-deps=(community.general kubernetes.core awx.awx)
+deps=(ansible.posix community.general kubernetes.core awx.awx)
 
 label() { podman image inspect --format "{{ index .Labels \"gpu-native.inputs\" }}" "$1" 2>/dev/null || true; }
 

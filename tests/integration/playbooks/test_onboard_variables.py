@@ -40,3 +40,10 @@ def test_good_values_pass_the_check(value):
     result = run("onboard_serial=" + value)
     assert result.returncode == 0, result.stdout[-2000:]
     assert "Check the playbook's variables" in result.stdout
+
+
+def test_a_bad_switch_is_refused_by_the_spec():
+    result = run("onboard_sysctl=maybe")
+    assert result.returncode == 2 and "Unexpected Exception" not in result.stdout
+    assert "onboard_sysctl" in result.stdout and "bool" in result.stdout
+    assert "Onboard GPU nodes" not in result.stdout

@@ -21,6 +21,7 @@ CASES = [
     ("compliance.yml", "compliance_report_name=../x", "compliance_report_name", NODE_TASK),
     ("mig_reconfigure.yml", "mig_serial=1.5", 'mig_serial is "1.5"', "PLAY [Reconfigure MIG"),
     ("node_runtime.yml", "node_runtime_become=abc", "node_runtime_become", "PLAY [Node runtime stack"),
+    ("node_runtime.yml", "node_runtime_sysctl=maybe", "node_runtime_sysctl", "PLAY [Node runtime stack"),
     ("driver_upgrade.yml", "upgrade_gather_facts=abc", "upgrade_gather_facts", "PLAY [Rolling upgrade"),
     ("awx_configure.yml", "awx_fleet_forks=many", "awx_fleet_forks", "TASK [Execution environment]"),
     ("preflight_summary.yml", "preflight_summary_hosts=' '", 'preflight_summary_hosts is " "',
