@@ -1033,9 +1033,45 @@ def _running_components(directory):
     return alive
 
 
-def cmd_up(directory):
+def _object_path(obj):
+    """The collection path of one object of a seed file (core and group kinds; English plurals, as the API's)."""
+    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "").lower()
+    base = "/api/v1" if api_version == "v1" else "/apis/" + api_version
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    plural = kind + "es" if kind.endswith("s") else kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+    return "%s%s/%s" % (base, "/namespaces/%s" % namespace if namespace else "", plural)
+
+
+def seed(plane, path):
+    """Create, as admin, the objects of the YAML file at `path` (one List document); an object's ``status`` is
+    written through its status subresource afterwards, as its controller (a kubelet, for a Node) would."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    with open(path, encoding="utf-8") as handle:
+        document = yaml.safe_load(handle)
+    items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else None
+    if not isinstance(items, list):
+        raise ControlPlaneError("seed file %s is not one List document. Fix: write {apiVersion: v1, kind: List, "
+                                "items: [...]}." % path)
+    for obj in items:
+        collection = _object_path(obj)
+        status = obj.pop("status", None)
+        created = plane.api("POST", collection, obj)
+        if status:
+            created["status"] = status
+            plane.api("PUT", "%s/%s/status" % (collection, created["metadata"]["name"]), created)
+    return len(items)
+
+
+JOB_NAMESPACE = "gpu-native-jobs"  # where `up --job` creates the job's ServiceAccount
+
+
+def cmd_up(directory, seed_file=None, jobs=()):
     directory = os.path.abspath(directory)
     if _running_components(directory):
+        if seed_file or jobs:
+            print("kube-up: a control plane already runs in %s; --seed and --job need a fresh one. Fix: run "
+                  "`down --dir %s` first." % (directory, directory), file=sys.stderr)
+            return 1
         print(os.path.join(directory, "admin.kubeconfig"))
         return 0
     shutil.rmtree(directory, ignore_errors=True)
@@ -1049,6 +1085,20 @@ def cmd_up(directory):
     with open(_state_path(directory), "w", encoding="utf-8") as handle:
         json.dump({"version": plane.version, "url": plane.url, "ports": plane.ports,
                    "pids": {name: proc.pid for name, proc in plane.processes.items()}}, handle, indent=2)
+    try:
+        if seed_file:
+            print("kube-up: seeded %d objects from %s" % (seed(plane, seed_file), seed_file), file=sys.stderr)
+        if jobs:
+            plane.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": JOB_NAMESPACE}})
+        for job in jobs:
+            path = job_kubeconfig(plane, job, os.path.join(directory, "%s.kubeconfig" % job), JOB_NAMESPACE)[0]
+            print("kube-up: %s job's kubeconfig (its ClusterRole from rbac/, not admin): %s" % (job, path),
+                  file=sys.stderr)
+    except (ControlPlaneError, AssertionError, ValueError, OSError) as exc:
+        print("kube-up: %s" % exc, file=sys.stderr)
+        cmd_down(directory)
+        return 1
     print("kube-up: %s control plane at %s, started in %.1f s (%s); logs in %s; stop it with `make kube-down`"
           % (plane.version, plane.url, plane.startup_seconds,
              ", ".join("%s %.1f s" % item for item in plane.timings.items()), directory), file=sys.stderr)
@@ -1073,8 +1123,12 @@ def main(argv=None):
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument("--dir", default=os.path.join(REPO_ROOT, ".cache", "kube-up"),
                         help="data folder (default: .cache/kube-up)")
+    parser.add_argument("--seed", help="up: create the objects of this YAML List as admin (statuses included)")
+    parser.add_argument("--job", action="append", default=[], choices=JOBS,
+                        help="up: also write DIR/<job>.kubeconfig, a ServiceAccount token bound to the job's "
+                             "ClusterRole from rbac/ (repeatable)")
     args = parser.parse_args(argv)
-    return cmd_up(args.dir) if args.action == "up" else cmd_down(args.dir)
+    return cmd_up(args.dir, args.seed, args.job) if args.action == "up" else cmd_down(args.dir)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,14 @@ admission, the controller-manager's ServiceAccount, token and disruption control
 import base64
 import json
 import secrets
+import ssl
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 
 import pytest
+import yaml
 
 import kube_cluster as control_plane
 
@@ -164,3 +169,66 @@ def test_start_fails_with_the_fix_when_the_binaries_are_missing(tmp_path):
         plane.start()
     assert "Fix: run `make kube-build`" in str(err.value)
     assert not plane.processes
+
+
+def test_seed_creates_each_object_with_its_status(kube_cluster, tmp_path):
+    name = "seed-node-" + secrets.token_hex(3)
+    seed = tmp_path / "seed.yml"
+    seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"team": "ml"}},
+         "status": {"capacity": {"nvidia.com/gpu": "8"}}},
+        {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": "kata"}]}))
+    try:
+        assert control_plane.seed(kube_cluster, str(seed)) == 2
+        node = kube_cluster.api("GET", "/api/v1/nodes/" + name)
+        assert node["metadata"]["labels"] == {"team": "ml"}
+        assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"  # written through the status subresource
+        assert kube_cluster.api("GET", "/apis/node.k8s.io/v1/runtimeclasses/" + name)["handler"] == "kata"
+    finally:
+        kube_cluster.request("DELETE", "/api/v1/nodes/" + name)
+        kube_cluster.request("DELETE", "/apis/node.k8s.io/v1/runtimeclasses/" + name)
+    seed.write_text("- just a list\n")
+    with pytest.raises(control_plane.ControlPlaneError, match="is not one List document. Fix:"):
+        control_plane.seed(kube_cluster, str(seed))
+
+
+def test_up_with_a_job_writes_a_kubeconfig_that_is_not_admin(tmp_path):
+    """`kube_cluster.py up --job` (the Molecule scenarios' control plane): the job's token has its ClusterRole's
+    rights and no more; `up` with --seed over a running one refuses instead of seeding twice."""
+    directory = str(tmp_path / "plane")
+    command = [sys.executable, control_plane.__file__]
+    seed = tmp_path / "seed.yml"
+    seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}]}))
+    up = subprocess.run(command + ["up", "--dir", directory, "--seed", str(seed), "--job", "compliance"],
+                        capture_output=True, text=True, timeout=300, check=False)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "seeded 1 objects" in up.stderr
+        job = yaml.safe_load((tmp_path / "plane" / "compliance.kubeconfig").read_text())
+        token = job["users"][0]["user"]["token"]
+        state = json.loads((tmp_path / "plane" / "state.json").read_text())
+        status = plane_request(state["url"], directory, "GET", "/api/v1/nodes/gpu-node-1", token)
+        assert status == 200  # compliance reads nodes
+        status = plane_request(state["url"], directory, "PATCH", "/api/v1/nodes/gpu-node-1", token,
+                               body={"metadata": {"labels": {"x": "y"}}})
+        assert status == 403  # and changes none
+        again = subprocess.run(command + ["up", "--dir", directory, "--seed", str(seed)],
+                               capture_output=True, text=True, timeout=60, check=False)
+        assert again.returncode == 1 and "Fix: run `down --dir" in again.stderr
+    finally:
+        subprocess.run(command + ["down", "--dir", directory], capture_output=True, timeout=120, check=False)
+
+
+def plane_request(url, directory, method, path, token, body=None):
+    """The HTTP status of one request with a bearer token to the control plane `up` started in `directory`."""
+    context = ssl.create_default_context(cafile=directory + "/ca.crt")
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": "Bearer " + token, "Accept": "application/json",
+               "Content-Type": "application/merge-patch+json"}
+    request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code

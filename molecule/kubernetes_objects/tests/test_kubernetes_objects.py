@@ -8,13 +8,23 @@ import pytest  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-STANDIN_DIR = os.path.join(REPO, ".cache", "k8s-standin", "kubernetes_objects")
+KUBE_DIR = os.path.join(REPO, ".cache", "kube", "kubernetes_objects")
+# Taints the control plane itself sets on a node no kubelet reports for (node lifecycle controller, admission).
+CONTROL_PLANE_TAINTS = "node.kubernetes.io/"
+# Labels the control plane itself sets: the node lifecycle controller copies kubernetes.io/os (and arch) to the
+# deprecated beta.kubernetes.io/ keys.
+CONTROL_PLANE_LABELS = "beta.kubernetes.io/"
+
+
+def own_labels(node):
+    return {key: value for key, value in (node.metadata.labels or {}).items()
+            if not key.startswith(CONTROL_PLANE_LABELS)}
 
 
 @pytest.fixture(scope="module")
 def api():
     configuration = client.Configuration()
-    config.load_kube_config(config_file=os.path.join(STANDIN_DIR, "kubeconfig"), client_configuration=configuration)
+    config.load_kube_config(config_file=os.path.join(KUBE_DIR, "admin.kubeconfig"), client_configuration=configuration)
     return client.ApiClient(configuration)
 
 
@@ -39,7 +49,7 @@ def test_foreign_runtimeclass_untouched(api):
 
 
 def test_gpu_node_labels_and_foreign_labels_kept(api):
-    labels = client.CoreV1Api(api).read_node("gpu-node-1").metadata.labels
+    labels = own_labels(client.CoreV1Api(api).read_node("gpu-node-1"))
     assert labels == {
         "kubernetes.io/hostname": "gpu-node-1",
         "kubernetes.io/os": "linux",
@@ -52,7 +62,7 @@ def test_gpu_node_labels_and_foreign_labels_kept(api):
 
 def test_gpu_taint_and_foreign_taint_kept(api):
     taints = client.CoreV1Api(api).read_node("gpu-node-1").spec.taints
-    assert [(t.key, t.value, t.effect) for t in taints] == [
+    assert [(t.key, t.value, t.effect) for t in taints if not t.key.startswith(CONTROL_PLANE_TAINTS)] == [
         ("dedicated", "ml", "NoSchedule"),
         ("nvidia.com/gpu", "present", "NoSchedule"),
     ]
@@ -60,12 +70,12 @@ def test_gpu_taint_and_foreign_taint_kept(api):
 
 def test_other_nodes_untouched(api):
     node = client.CoreV1Api(api).read_node("cpu-node-1")
-    assert node.metadata.labels == {"kubernetes.io/hostname": "cpu-node-1"}
-    assert not node.spec.taints
+    assert own_labels(node) == {"kubernetes.io/hostname": "cpu-node-1"}
+    assert not [t for t in node.spec.taints or [] if not t.key.startswith(CONTROL_PLANE_TAINTS)]
 
 
 def test_check_mode_after_converge_changed_nothing():
-    with open(os.path.join(STANDIN_DIR, "check-mode-recap.json")) as handle:
+    with open(os.path.join(KUBE_DIR, "check-mode-recap.json")) as handle:
         recap = json.load(handle)
     assert len(recap) == 1 and "gn-kubernetes_objects-node1" in recap[0]
     assert " changed=0 " in recap[0] and " failed=0 " in recap[0]
