@@ -6,6 +6,8 @@ reached, so the Kubernetes API is never read (no control plane needed). The same
 test_preflight_playbook.py.
 """
 import json
+import secrets
+import sys
 
 import testlib
 
@@ -47,3 +49,28 @@ def test_the_budget_fails_the_run_and_names_the_nodes_not_run(tmp_path):
     assert "1 of %d node(s) failed, more than onboard_max_fail_percentage 0%%: %d node(s) not run" % (
         FLEET, FLEET - 1) in out, result.stdout[-3000:]
     assert "not run: 1 of %d node(s) failed (gpu-o0)" % FLEET in out
+
+
+def test_the_summary_runs_when_every_node_fails(tmp_path, kube_job_kubeconfig):
+    # reachable nodes (local connection) that are not in the cluster: the cordon fails on each of them. The
+    # failure is the node's outcome (error, with the failed task), the summary lists them all, the run fails.
+    hosts = dict((node, {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                         "preflight_node_name": "%s-not-in-cluster-%s" % (node, secrets.token_hex(3))})
+                 for node in NODES)
+    (tmp_path / "inventory.json").write_text(json.dumps({"gpu_nodes": {"hosts": hosts}}))
+    (tmp_path / "play.yml").write_text("- ansible.builtin.import_playbook: gpu_native.fleet.onboard\n")
+    switches = dict(("onboard_" + name, False) for name in (
+        "driver", "toolkit", "containerd", "readiness", "mig", "runtime_class"))
+    variables = dict(switches, onboard_become=False, onboard_gather_facts=False, preflight_report_dir="",
+                     preflight_skip_gates=["serving"], preflight_skip_reasons={"serving": "no LLM server here"})
+    args = ["-i", str(tmp_path / "inventory.json"), "--forks", str(FLEET), "-e", json.dumps(variables)]
+    result = testlib.run_ansible_playbook(str(tmp_path / "play.yml"), kube_job_kubeconfig("onboarding"), args,
+                                          timeout=300)
+    out = result.stdout
+    assert result.returncode != 0, out[-3000:]
+    assert "NO MORE HOSTS LEFT" not in out, out[-3000:]
+    assert "Onboarding summary" in out, out[-3000:]
+    summary = out[out.index("Onboarding summary"):]
+    rows = [line for line in summary.splitlines() if "-not-in-cluster-" in line and " error " in line]
+    assert len(rows) == FLEET, summary[:4000]
+    assert "%d node(s) have no verdict: %s" % (FLEET, ", ".join(NODES)) in " ".join(out.split()), out[-3000:]
