@@ -9,6 +9,7 @@ test_preflight_serving_pod.py (it needs the real control plane).
 import json
 import os
 import sys
+import time
 
 import testlib
 
@@ -31,7 +32,7 @@ PLAY = """
 """
 
 
-def run(tmp_path, check=False, sleep="4", **extra):
+def run(tmp_path, check=False, sleep="2", **extra):
     values = host_vars(tmp_path, "/nonexistent/libcuda.so.1", "progress", **extra)
     values.pop("preflight_test_env")
     for key in ("ansible_connection", "ansible_python_interpreter"):
@@ -55,9 +56,9 @@ def progress_lines(out, level):
 
 
 def test_a_long_diagnostic_prints_a_line_per_poll(tmp_path):
-    out, calls = run(tmp_path, preflight_dcgm_level=3, preflight_progress_interval=1)
+    out, calls = run(tmp_path, sleep="10", preflight_dcgm_level=3, preflight_progress_interval=1)
     lines = progress_lines(out, 3)
-    # the stand-in sleeps 4 s: a poll at once, then one a second until it ends
+    # the stand-in sleeps 10 s: a poll at once, then one a second (plus the poll's own time) until it ends
     assert len(lines) >= 2, out[-4000:]
     assert "gpu-progress: dcgmi diag -r 3: 0 of 45 min" in lines[0], lines  # the level's timeout, 2700 s
     assert "DCGM RESULT pass" in out, out[-4000:]  # the job's result is the check result
@@ -69,6 +70,17 @@ def test_the_line_names_the_timeout_given(tmp_path):
                       preflight_dcgm_timeout=600)
     assert "gpu-progress: dcgmi diag -r 2: 0 of 10 min" in out, out[-4000:]
     assert "DCGM RESULT pass" in out
+
+
+def test_a_short_diagnostic_is_not_held_for_a_whole_interval(tmp_path):
+    # default interval (30 s): the polls come after 1 s, then as long as the job has run, so a diagnostic of 3 s
+    # is seen within seconds, not after the first 30 s wait
+    started = time.monotonic()
+    out, calls = run(tmp_path, sleep="3", preflight_dcgm_level=2)
+    assert time.monotonic() - started < 28, out[-4000:]
+    assert "DCGM RESULT pass" in out and calls == ["diag -r 2 -j"]
+    assert 1 <= len(progress_lines(out, 2)) <= 4, progress_lines(out, 2)
+    assert "gpu-progress: dcgmi diag -r 2: 0 of 15 min" in out
 
 
 def test_interval_zero_runs_the_diagnostic_as_one_task(tmp_path):
