@@ -7,6 +7,7 @@ deletes the pod. A pod bound to a node is deleted gracefully (the API sets delet
 kubelet), so it stays readable after the run, exactly as the role created it.
 """
 import json
+import re
 import secrets
 
 import pytest
@@ -118,6 +119,34 @@ def test_a_missing_namespace_is_created_with_the_collections_label(serving):
     assert result.returncode == 0, result.stdout[-4000:]
     created = plane.api("GET", "/api/v1/namespaces/" + namespace)
     assert created["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu_native.fleet"
+
+
+def progress_lines(out, node):
+    return re.findall(r"%s: serving pod ([A-Za-z, ]+), ([0-9]+) s of ([0-9]+) s" % re.escape(node), out)
+
+
+def test_the_wait_for_the_serving_pod_prints_a_line_per_poll(serving):
+    # issue 25, item 11: no kubelet here, so the pod stays Pending; a poll every second, a line per poll, then the
+    # gate fails at preflight_serving_ready_timeout with the pod's own reason, as without the lines
+    plane, node, namespace, run = serving
+    result = run({"preflight_progress_interval": 1, "preflight_serving_ready_timeout": 8})
+    assert result.returncode == 0, result.stdout[-4000:]
+    lines = progress_lines(" ".join(result.stdout.split()), node)
+    assert len(lines) >= 2, result.stdout[-5000:]
+    assert all(state == "Pending" and total == "8" for state, _elapsed, total in lines), lines
+    assert [int(elapsed) for _state, elapsed, _total in lines] == sorted(int(e) for _s, e, _t in lines)
+    assert int(lines[-1][1]) >= 8, lines  # the last line is the one at the timeout
+    identity = preflight_serving.serving_pod_identity(node)
+    assert "%s: FAILED (serving=fail): serving: serving pod %s did not become Ready within 8 s" % (
+        node, identity["name"]) in " ".join(result.stdout.split()), result.stdout[-5000:]
+
+
+def test_interval_zero_waits_without_a_line_per_poll(serving):
+    plane, node, namespace, run = serving
+    result = run({"preflight_progress_interval": 0})
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert progress_lines(" ".join(result.stdout.split()), node) == [], result.stdout[-4000:]
+    assert "did not become Ready within 3 s" in " ".join(result.stdout.split())
 
 
 def test_a_node_whose_gpus_a_tenant_holds_is_skipped_and_no_pod_is_started(serving, kube_namespace):
