@@ -81,8 +81,8 @@ def _k8s_row(host, node_name, k8s):
     compared), never a silent pass; a node the API does not know is a ``fail``."""
     if k8s.get("skipped"):
         return _row(host, "kubernetes", "skip", None,
-                    "not read: neither compliance_kubeconfig nor gpu_native_kubeconfig is set (the device-plugin count "
-                    "is not compared)")
+                    "not read: neither compliance_kubeconfig nor gpu_native_kubeconfig is set, nor K8S_AUTH_HOST (an "
+                    "AWX Kubernetes bearer-token credential; the device-plugin count is not compared)")
     name = clip(_text(node_name if node_name else host), 200)
     expected = "node %s readable, with nvidia.com/ allocatable" % name
     if k8s.get("failed") or not isinstance(k8s.get("resources"), list):

@@ -13,7 +13,7 @@ import yaml
 from testlib import REPO_ROOT
 
 PLAYBOOK = os.path.join(REPO_ROOT, "playbooks", "awx_configure.yml")
-SECRETS = ("awx_fleet_machine_ssh_key", "awx_controller_token", "awx_controller_password")
+SECRETS = ("awx_fleet_machine_ssh_key", "awx_fleet_kube_bearer_token", "awx_controller_token", "awx_controller_password")
 
 
 def _tasks():
@@ -37,7 +37,7 @@ def test_no_log_only_where_a_secret_passes():
     assert len(tasks) >= 10
     secret = [task["name"] for task in tasks if _passes_a_secret(task)]
     hidden = [task["name"] for task in tasks if task.get("no_log")]
-    assert secret == ["Machine credential for the GPU nodes"], secret
+    assert secret == ["Machine credential for the GPU nodes", "Kubernetes API credential (created from the variables)"], secret
     assert hidden == secret
 
 

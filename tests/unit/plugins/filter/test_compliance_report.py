@@ -64,7 +64,7 @@ K8S_NODE = {"resources": [{"metadata": {"name": "gpu-a"}, "status": {"allocatabl
 
 @pytest.mark.parametrize("k8s, status, actual", [
     (K8S_NODE, "pass", "allocatable nvidia.com/gpu=8"),
-    ({"skipped": True, "changed": False}, "skip", "not read: neither compliance_kubeconfig nor gpu_native_kubeconfig is set"),
+    ({"skipped": True, "changed": False}, "skip", "not read: neither compliance_kubeconfig nor gpu_native_kubeconfig is set, nor K8S_AUTH_HOST"),
     # k8s_info against an API that is down: failed (ignore_errors keeps the flag), no resources
     ({"failed": True, "msg": "Failed to get client due to HTTPSConnectionPool(host='10.0.0.1', port=6443)"}, "error",
      "the Kubernetes API could not be read: Failed to get client due to HTTPSConnectionPool"),
