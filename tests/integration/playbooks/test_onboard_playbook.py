@@ -60,7 +60,7 @@ def test_the_summary_runs_when_every_node_fails(tmp_path, kube_job_kubeconfig):
     (tmp_path / "inventory.json").write_text(json.dumps({"gpu_nodes": {"hosts": hosts}}))
     (tmp_path / "play.yml").write_text("- ansible.builtin.import_playbook: gpu_native.fleet.onboard\n")
     switches = dict(("onboard_" + name, False) for name in (
-        "driver", "toolkit", "containerd", "readiness", "mig", "runtime_class"))
+        "sysctl", "driver", "toolkit", "containerd", "readiness", "mig", "runtime_class"))
     variables = dict(switches, onboard_become=False, onboard_gather_facts=False, preflight_report_dir="",
                      preflight_skip_gates=["serving"], preflight_skip_reasons={"serving": "no LLM server here"})
     args = ["-i", str(tmp_path / "inventory.json"), "--forks", str(FLEET), "-e", json.dumps(variables)]
@@ -74,3 +74,41 @@ def test_the_summary_runs_when_every_node_fails(tmp_path, kube_job_kubeconfig):
     rows = [line for line in summary.splitlines() if "-not-in-cluster-" in line and " error " in line]
     assert len(rows) == FLEET, summary[:4000]
     assert "%d node(s) have no verdict: %s" % (FLEET, ", ".join(NODES)) in " ".join(out.split()), out[-3000:]
+
+
+def local_fleet(tmp_path):
+    hosts = dict((node, {"ansible_connection": "local", "ansible_python_interpreter": sys.executable})
+                 for node in NODES)
+    (tmp_path / "inventory.json").write_text(json.dumps({"gpu_nodes": {"hosts": hosts}}))
+    (tmp_path / "play.yml").write_text("- ansible.builtin.import_playbook: gpu_native.fleet.onboard\n")
+    return ["-i", str(tmp_path / "inventory.json"), "--forks", str(FLEET),
+            "-e", json.dumps({"onboard_become": False, "onboard_gather_facts": False, "preflight_report_dir": ""})]
+
+
+def test_an_unreachable_api_stops_before_anything_with_the_variables_to_set(tmp_path):
+    """Issue 25, item 6: the first task that reads the API fails with one line naming the variables to set, not
+    kubernetes.core's "Invalid kube-config file", and no node is cordoned."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    result = testlib.run_ansible_playbook(str(tmp_path / "play.yml"), None, local_fleet(tmp_path) + [
+        "-e", json.dumps({"gpu_native_kubeconfig": str(kubeconfig)})], timeout=300)
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert "Cannot reach the Kubernetes API with kubeconfig %s" % kubeconfig in out, result.stdout[-3000:]
+    assert "Nothing was cordoned or changed. Fix: set gpu_native_kubeconfig" in out
+    assert "Cordon" not in "".join(line for line in result.stdout.splitlines() if line.startswith("TASK ["))
+
+
+def test_under_an_awx_credential_the_message_names_its_host(tmp_path):
+    # AWX's Kubernetes bearer-token credential injects K8S_AUTH_HOST and K8S_AUTH_API_KEY, no kubeconfig
+    result = testlib.run_ansible_playbook(str(tmp_path / "play.yml"), None, local_fleet(tmp_path), extra_env={
+        "K8S_AUTH_HOST": "https://127.0.0.1:1", "K8S_AUTH_API_KEY": "x", "K8S_AUTH_VERIFY_SSL": "false"}, timeout=300)
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert "Cannot reach the Kubernetes API with K8S_AUTH_HOST https://127.0.0.1:1 (an AWX Kubernetes credential)" \
+        in out, result.stdout[-3000:]
+    assert "attach a working Kubernetes bearer-token credential" in out
