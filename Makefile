@@ -27,26 +27,26 @@ export PY_COLORS := 0
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, the EE image, molecule, integration (prints each suite's wall time)
+test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, the ansible-core range, the EE image, molecule, integration (prints each suite's wall time)
 	@tests/tools/kube-build-background.sh start
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
 	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
 	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
 	@tests/tools/timed lint $(MAKE) --no-print-directory lint
+	@tests/tools/timed core-range $(MAKE) --no-print-directory core-range
 	@tests/tools/timed ee $(MAKE) --no-print-directory ee
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed kube-build tests/tools/kube-build-background.sh wait
 	@tests/tools/timed integration $(MAKE) --no-print-directory integration
 	@tests/tools/timed --summary
 
-check: venv collection-link ## the fast inner loop, no podman, no control plane: build check, unit, fuzz, sanity, lint, the ansible-core range
+check: venv collection-link ## the fast inner loop, no podman, no control plane: build check, unit, fuzz, sanity, lint (make test adds the ansible-core range)
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
 	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
 	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
 	@tests/tools/timed lint $(MAKE) --no-print-directory lint
-	@tests/tools/timed core-range $(MAKE) --no-print-directory core-range
 	@tests/tools/timed --summary
 
 core-range: venv collection-link ## sanity (validate-modules, ansible-doc, runtime-metadata, import) and plugin unit tests under ansible-core 2.16, 2.17, 2.18 (cached venvs in .cache/core-range)

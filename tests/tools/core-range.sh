@@ -17,9 +17,17 @@ cores=("$@")
 python="${CORE_RANGE_PYTHON:-python3.11}"
 cache="${CORE_RANGE_CACHE:-$repo/.cache/core-range}"
 # The test tools at the project's pins (requirements.txt), so a result differs only by ansible-core.
-pins="$(grep -E '^(pytest|pyyaml)==' requirements.txt | tr '\n' ' ')"
+# kubernetes: the client the Kubernetes-facing modules import (gpu_pod_eviction's tests run it).
+pins="$(grep -E '^(pytest|pyyaml|kubernetes)==' requirements.txt | tr '\n' ' ')"
 mkdir -p "$cache"
 make --no-print-directory collection-link
+# kubernetes.core (its AUTH_ARG_SPEC, read by gpu_pod_eviction) from the project venv's ansible bundle, alone: the
+# bundle's folder on the path would bring 2.19's ansible-core with it.
+dependencies="$cache/collections/ansible_collections/kubernetes"
+mkdir -p "$dependencies"
+kubernetes_core=("$repo"/.venv/lib/python3*/site-packages/ansible_collections/kubernetes/core)
+[[ -d ${kubernetes_core[0]} ]] || { echo "kubernetes.core is not in $repo/.venv. Fix: make venv" >&2; exit 1; }
+ln -sfn "${kubernetes_core[0]}" "$dependencies/core"
 
 venv_for() {  # venv_for VERSION -> path of a venv with ansible-core==VERSION and the pins
   local dir="$cache/ansible-core-$1" spec="ansible-core==$1 $pins"
@@ -40,7 +48,7 @@ for version in "${cores[@]}"; do
   [[ $actual == "$version" ]] || { echo "$venv holds ansible-core $actual, not $version"; exit 1; }
   unit_log[$version]="$cache/unit-$version.log"
   # The unit tests wait on stand-ins and timeouts more than they compute: they run beside the sanity tests.
-  PYTHONPATH="$repo/tests/tools" "$venv/bin/pytest" -q -p no:cacheprovider -p core_range_compat \
+  PYTHONPATH="$repo/tests/tools:$cache/collections" "$venv/bin/pytest" -q -p no:cacheprovider -p core_range_compat \
     tests/unit/plugins/modules tests/unit/plugins/filter tests/unit/plugins/plugin_utils \
     >"${unit_log[$version]}" 2>&1 &
   unit_pid[$version]=$!
