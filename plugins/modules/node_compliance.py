@@ -185,6 +185,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
+from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.fleet_compliance import CHECKS, run_checks
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 
@@ -205,7 +206,7 @@ def main():
             xid_actions=dict(type="dict", default={}),
             containerd=dict(type="str", default="containerd"),
             runtime_name=dict(type="str", default="nvidia"),
-            runtime_binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
+            runtime_binary=dict(type="str", default=containerd_config.DEFAULT_BINARY),
             readiness_textfile=dict(type="path"),
             readiness_max_age=dict(type="int", default=600),
             toolkit_config=dict(type="path", default="/etc/nvidia-container-runtime/config.toml"),

@@ -285,7 +285,7 @@ def _one_check(name, wanted, params, runner, now, checks):
         checks.append(check_gpu_health(runner, params))
     elif name == "containerd":
         checks.append(check_containerd(runner, params.get("runtime_name") or "nvidia",
-                                       params.get("runtime_binary") or "/usr/bin/nvidia-container-runtime"))
+                                       params.get("runtime_binary") or containerd_config.DEFAULT_BINARY))
     elif name == "readiness":
         path = params.get("readiness_textfile")
         if not path:
