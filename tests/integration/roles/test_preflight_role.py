@@ -534,6 +534,7 @@ ONBOARD_PLAY = """
 - ansible.builtin.import_playbook: gpu_native.fleet.onboard
 """
 ONBOARD_VARS = {"onboard_hosts": "all:!localhost", "onboard_become": False, "onboard_gather_facts": False,
+                "onboard_sysctl": False,
                 "onboard_driver": False, "onboard_toolkit": False, "onboard_containerd": False,
                 "onboard_readiness": False, "onboard_mig": False, "onboard_runtime_class": False}
 
