@@ -71,8 +71,8 @@ def table(rows):
         if row["host"] not in hosts:
             hosts.append(row["host"])
         cells[(row["host"], row["check"])] = SHORT.get(row["status"], row["status"])
-    return fixed_width_table([["host"] + list(CHECKS)] + [[host] + [cells.get((host, check), "") for check in CHECKS]
-                                                           for host in hosts])
+    rows = [[host] + [cells.get((host, check), "") for check in CHECKS] for host in hosts]
+    return fixed_width_table([["host"] + list(CHECKS)] + rows)
 
 
 def artifact_data(runner):

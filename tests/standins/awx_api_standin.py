@@ -176,7 +176,7 @@ class AwxStandin(object):
 
     def objects(self, kind):
         """Every object of a kind, by id order (a copy)."""
-        return [copy.deepcopy(obj) for _, obj in sorted(self.store.get(kind, {}).items())]
+        return [copy.deepcopy(obj) for _id, obj in sorted(self.store.get(kind, {}).items())]
 
     def find(self, kind, **fields):
         """The one object of a kind with these fields (AssertionError otherwise)."""

@@ -147,14 +147,14 @@ def test_a_refused_upload_fails_the_job_with_its_status_and_keeps_the_artifacts(
 
 
 def test_an_unreachable_store_fails_the_job(tmp_path):
-    result, _ = _run(tmp_path, {"compliance_publish_url": "http://127.0.0.1:9/reports"}, drift_every=100)
+    result, _store = _run(tmp_path, {"compliance_publish_url": "http://127.0.0.1:9/reports"}, drift_every=100)
     assert result.rc != 0
     assert _artifacts(result)["compliance_published"]["status"] == [-1, -1, -1]
     assert "Not every report was stored under http://127.0.0.1:9/reports: json HTTP -1" in _all_events_text(result)
 
 
 def test_no_publish_url_uploads_nothing(tmp_path, store):
-    result, _ = _run(tmp_path, {}, drift_every=100)
+    result, _store = _run(tmp_path, {}, drift_every=100)
     assert result.rc == 0 and store.requests == []
     assert "compliance_published" not in _artifacts(result)
 
@@ -162,8 +162,8 @@ def test_no_publish_url_uploads_nothing(tmp_path, store):
 def test_an_awx_bearer_token_credential_reaches_the_api_without_a_kubeconfig(tmp_path):
     """The environment AWX's Kubernetes bearer-token credential injects, no kubeconfig anywhere: the node object is
     read (here an API nobody answers: an error row, never the old skip)."""
-    result, _ = _run(tmp_path, {}, envvars={"K8S_AUTH_HOST": "https://127.0.0.1:9", "K8S_AUTH_API_KEY": "tok",
-                                            "K8S_AUTH_VERIFY_SSL": "False"}, drift_every=100)
+    awx_credential = {"K8S_AUTH_HOST": "https://127.0.0.1:9", "K8S_AUTH_API_KEY": "tok", "K8S_AUTH_VERIFY_SSL": "False"}
+    result, _store = _run(tmp_path, {}, envvars=awx_credential, drift_every=100)
     with open(str(tmp_path / "reports" / "compliance.json")) as handle:
         rows = [row for row in json.load(handle) if row["check"] == "kubernetes"]
     assert [(row["host"], row["status"]) for row in rows] == [("node001", "error"), ("node002", "error")]

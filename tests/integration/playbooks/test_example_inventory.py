@@ -243,7 +243,7 @@ def test_the_documented_matrices_ask_for_the_toolkit_the_role_installs(document)
             if wanted is not None:
                 seen.append((name, wanted))
     assert seen and all(spec_matrix.validate_matrix({"profiles": {"p": {"container_toolkit": {"version": w}}}})
-                        ["profiles"]["p"]["container_toolkit"]["version"].matches(version) for _, w in seen), seen
+                        ["profiles"]["p"]["container_toolkit"]["version"].matches(version) for _name, w in seen), seen
 
 
 def _mig_check(host, product, count):
@@ -273,8 +273,8 @@ def test_a_profile_with_mig_enabled_gets_a_layout_the_mig_role_can_apply(hostvar
             wrong.append("%s: mig_mode enabled, mig_config_name unset (onboard.yml skips the mig role)" % name)
             continue
         if variables.get("compliance_mig_layout") not in (layout, "{{ mig_config_name }}"):
-            wrong.append("%s: compliance_mig_layout %r, the layout is %s" % (name, variables.get("compliance_mig_layout"),
-                                                                            layout))
+            wrong.append("%s: compliance_mig_layout %r, the layout is %s"
+                         % (name, variables.get("compliance_mig_layout"), layout))
         host = sorted(h for h, v in hostvars.items() if v.get("gpu_native_spec_profile") == name)[0]
         result = _mig_check(host, gpu["product"].text, int(gpu["count"].text))
         placements = result["configs"][layout]["placements"]
