@@ -11,6 +11,10 @@
 * ``free_gpus(node, pods, resource)``: the node's allocatable count of ``resource`` minus what its
   non-terminated pods request (Kubernetes' effective request: the larger of the sum over the containers and the
   largest init container), with the pods that hold them.
+* Under DRA (``gpu_native_allocation: dra``): ``dra_free_devices(node, slices, claims, device_class)``, the node's
+  published devices that no ResourceClaim has allocated; ``dra_claim_template(...)``, the ResourceClaimTemplate
+  (``resource.k8s.io/v1``) that claims exactly one of them; ``dra_serving_pod(pod, node, template)``, the pod in its
+  DRA form (scheduled onto the node, claiming through the template).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -333,7 +337,9 @@ def dra_serving_pod(pod, node, template, resource="nvidia.com/gpu"):
     for container in spec["containers"]:
         if not isinstance(container, dict):
             raise ServingPodError("a container of the serving pod is not a mapping (report this as a bug)")
-        resources = container.setdefault("resources", {})
+        if not isinstance(container.get("resources"), dict):
+            container["resources"] = {}
+        resources = container["resources"]
         for section in ("requests", "limits"):
             if isinstance(resources.get(section), dict):
                 resources[section].pop(resource, None)
