@@ -133,10 +133,11 @@ def _gone(plane, namespace):
     return left if any(left.values()) else None
 
 
-def test_the_dra_serving_pod_claims_one_device_of_the_node_and_everything_is_deleted(dra_serving):
+@pytest.mark.parametrize("allocation", ["dra", "auto"])
+def test_the_dra_serving_pod_claims_one_device_of_the_node_and_everything_is_deleted(dra_serving, allocation):
     plane, node, namespace, run, kubelet = dra_serving
     identity = preflight_serving.serving_pod_identity(node)
-    result, seen = run()
+    result, seen = run({"gpu_native_allocation": allocation})
     assert result.returncode == 0, result.stdout[-4000:]
     text = " ".join(result.stdout.split())
     assert "%s: PASSED (serving=pass)" % node in text, result.stdout[-5000:]
@@ -187,10 +188,18 @@ def test_a_dra_node_whose_device_a_tenant_claims_is_skipped_and_nothing_is_creat
     plane.wait_for("the tenant's claim allocated", lambda: [
         c for c in plane.api("GET", "%s/namespaces/%s/resourceclaims" % (RESOURCE, kube_namespace))["items"]
         if c.get("status", {}).get("allocation")], timeout=60)
+    # a template a killed run left for this node (found by its labels, deleted before anything else)
+    identity = preflight_serving.serving_pod_identity(node)
+    plane.api("POST", "%s/namespaces/%s/resourceclaimtemplates" % (RESOURCE, namespace), {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {
+            "name": "left-by-a-killed-run", "labels": {"app.kubernetes.io/name": "gpu-native-preflight",
+                                                       "gpu-native.io/preflight-node-hash": identity["node_hash"]}},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}})
     result, seen = run({"preflight_evict": False})
     assert result.returncode == 0, result.stdout[-4000:]
+    assert plane.api("GET", "%s/namespaces/%s/resourceclaimtemplates" % (RESOURCE, namespace))["items"] == []
     text = " ".join(result.stdout.split())
     assert "%s: PASSED (serving=skip)" % node in text, result.stdout[-5000:]
     assert "no gpu.nvidia.com device free on the node: all 1 are allocated to ResourceClaims (%s/train-gpu-" % (
         kube_namespace) in text, text[-3000:]
-    assert seen["resourceclaimtemplates"] == {} and seen["pods"] == {}
+    assert set(seen["resourceclaimtemplates"]) <= {"left-by-a-killed-run"} and seen["pods"] == {}
