@@ -427,6 +427,13 @@ def dra_plugin_node(kube_cluster, tmp_path):
         plane.delete_namespace(operator)
 
 
+def _resume_waited_for(stdout):
+    """The items of resume's wait for the plugins to run again (its loop labels: namespace/selector)."""
+    header = "Wait for the device plugin (or the DRA kubelet plugin) to run on the node again"
+    segment = stdout.split(header, 1)[1].split("TASK [", 1)[0] if header in stdout else ""
+    return [line.split("(item=", 1)[1].rstrip(")") for line in segment.splitlines() if "(item=" in line]
+
+
 def _paused_pods(stdout):
     line = next(line for line in stdout.splitlines() if "PODS WHILE PAUSED: " in line)
     return json.loads(line.split("PODS WHILE PAUSED: ", 1)[1].rstrip('"').replace('\\"', '"'))
@@ -439,6 +446,8 @@ def test_the_dra_kubelet_plugin_is_paused_and_resumed_on_a_dra_node(dra_plugin_n
     result = play("dra")
     assert result.returncode == 0, result.stdout[-4000:]
     assert _paused_pods(result.stdout) == [], "pause waited until the kubelet plugin left the node"
+    waited = _resume_waited_for(result.stdout)
+    assert len(waited) == 1 and waited[0].endswith("/dra-driver-nvidia-gpu-component=kubelet-plugin"), waited
     after = [p for p in pods() if p["status"].get("phase") == "Running"]
     assert len(after) == 1 and after[0]["metadata"]["name"] not in before, "resume waited for a new pod to run"
     assert plane.api("GET", "/api/v1/nodes/" + name)["metadata"]["labels"][DRA_LABEL] == "true"
@@ -456,4 +465,5 @@ def test_the_dra_kubelet_plugin_is_left_alone_on_a_device_plugin_node(dra_plugin
     result = play("device_plugin")
     assert result.returncode == 0, result.stdout[-4000:]
     assert _paused_pods(result.stdout) == before
+    assert _resume_waited_for(result.stdout) == []
     assert [p["metadata"]["name"] for p in pods()] == before
