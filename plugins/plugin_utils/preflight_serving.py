@@ -11,6 +11,10 @@
 * ``free_gpus(node, pods, resource)``: the node's allocatable count of ``resource`` minus what its
   non-terminated pods request (Kubernetes' effective request: the larger of the sum over the containers and the
   largest init container), with the pods that hold them.
+* Under DRA (``gpu_native_allocation: dra``): ``dra_free_devices(node, slices, claims, device_class)``, the node's
+  published devices that no ResourceClaim has allocated; ``dra_claim_template(...)``, the ResourceClaimTemplate
+  (``resource.k8s.io/v1``) that claims exactly one of them; ``dra_serving_pod(pod, node, template)``, the pod in its
+  DRA form (scheduled onto the node, claiming through the template).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -158,3 +162,186 @@ def free_gpus(node, pods, resource, ignore_labels=None):
         result["reason"] = ("no %s free on the node: %d allocatable, %d requested by %s; the serving pod needs 1 "
                             "and is not started next to tenant workloads" % (resource, allocatable, used, shown))
     return result
+
+
+# --- the serving gate under DRA (gpu_native_allocation dra; docs/dra.md) ---------------------------------------------
+# The serving pod claims exactly one device of the node through a ResourceClaimTemplate (resource.k8s.io/v1); the
+# claim the resourceclaim controller generates from it is owned by the pod (garbage-collected with it). The pod
+# goes through the scheduler (the scheduler allocates claims; a pod with spec.nodeName set bypasses it and the
+# kubelet never runs it, Kubernetes docs "Dynamic Resource Allocation", pre-scheduled pods), pinned to the node by
+# a required nodeAffinity on metadata.name and tolerating the cordon's node.kubernetes.io/unschedulable taint.
+
+#: The DRA request and pod claim name (a DNS label).
+DRA_REQUEST = "gpu"
+#: A device UUID as NVIDIA's driver publishes it (GPU-... / MIG-...): the only text that goes into the CEL selector.
+_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]{1,64}$")
+#: Devices named in one selector (a node holds at most dra.MAX_GPUS GPUs of dra.MAX_MIGS_PER_GPU MIG devices each).
+MAX_SELECTOR_DEVICES = 512
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+def _dra():
+    # imported here: dra reads its facts file at import, which only the DRA path needs
+    from ansible_collections.gpu_native.fleet.plugins.plugin_utils import dra  # pylint: disable=import-outside-toplevel
+    return dra
+
+
+def _device_type(device_class):
+    dra = _dra()
+    if not isinstance(device_class, str) or device_class not in dra.DEVICE_CLASSES \
+            or dra.DEVICE_CLASSES[device_class] not in ("gpu", "mig"):
+        raise ServingPodError("the serving DeviceClass is %r; the serving pod claims one of %s. Fix: set "
+                              "preflight_serving_dra_device_class to gpu.nvidia.com (a full GPU) or mig.nvidia.com"
+                              % (device_class, ", ".join(sorted(c for c, t in dra.DEVICE_CLASSES.items()
+                                                                if t in ("gpu", "mig")))))
+    return dra.DEVICE_CLASSES[device_class]
+
+
+def _claim_key(claim):
+    return _pod_key(claim)
+
+
+def dra_free_devices(node, slices, claims, device_class="gpu.nvidia.com", ignore_labels=None):
+    """``{status, devices, free, allocated, holders, reason}`` for the devices of ``device_class`` the DRA driver
+    publishes for ``node`` (a node name) in ``slices`` (ResourceSlices; None: they could not be read) and that no
+    ResourceClaim in ``claims`` (all namespaces; None: they could not be read) has allocated.
+
+    Devices: the current generation of the node's pools (``dra.node_pools``), of the class's ``type`` with a
+    ``uuid``. A claim holds a device when a result of ``status.allocation.devices.results`` names its driver, pool
+    and device. Claims whose labels contain ``ignore_labels`` (the serving gate's own, left by an earlier run) do
+    not count. ``status``: ``free`` (at least one free: ``free`` lists their UUIDs), ``busy`` (all allocated: the
+    gate is skipped), ``unknown`` (slices or claims unreadable: skipped), ``absent`` (no such device published:
+    fails, the kubernetes gate says why).
+    """
+    node = _node_name(node)
+    kind = _device_type(device_class)
+    dra = _dra()
+    result = {"status": "free", "devices": [], "free": [], "allocated": [], "holders": [], "reason": None}
+    if slices is None or claims is None or not isinstance(slices, list) or not isinstance(claims, list):
+        result["status"] = "unknown"
+        result["reason"] = ("the node's ResourceSlices or the cluster's ResourceClaims could not be read, so "
+                            "whether a %s device is free is not known; the serving pod is not started next to "
+                            "what may be tenant workloads. Fix: check that the cluster serves resource.k8s.io/v1 "
+                            "and that the job may list resourceslices and resourceclaims (rbac/onboarding.yml)"
+                            % device_class)
+        return result
+    try:
+        mine = dra.node_slices(slices, node)
+    except dra.DraError as exc:
+        result["status"] = "unknown"
+        result["reason"] = "the node's ResourceSlices cannot be judged (%s); the serving gate is skipped" % exc
+        return result
+    devices = {}
+    for pool, entry in sorted(dra.node_pools(mine).items()):
+        for item in entry["current"]:
+            listed = _dict(item.get("spec")).get("devices")
+            for device in _list(listed)[:dra.MAX_DEVICES_PER_SLICE]:
+                if not isinstance(device, dict) or not isinstance(device.get("name"), str):
+                    continue
+                uuid = dra._attribute(device, "uuid")  # pylint: disable=protected-access
+                if dra._attribute(device, "type") != kind or not isinstance(uuid, str) \
+                        or not _UUID_RE.match(uuid):  # pylint: disable=protected-access
+                    continue
+                devices[(pool, device["name"])] = uuid
+    result["devices"] = sorted(devices.values())
+    if not devices:
+        result["status"] = "absent"
+        result["reason"] = ("the DRA driver publishes no %s device (type %s) for the node, so the serving pod cannot "
+                            "claim one. Fix: check the node's ResourceSlices (the kubernetes gate under "
+                            "gpu_native_allocation dra says more), or set preflight_serving_dra_device_class"
+                            % (device_class, kind))
+        return result
+    ignore = _dict(ignore_labels)
+    held = {}
+    for claim in claims[:MAX_PODS * 4]:
+        claim = _dict(claim)
+        labels = _dict(_dict(claim.get("metadata")).get("labels"))
+        if ignore and all(labels.get(key) == value for key, value in ignore.items()):
+            continue
+        allocation = _dict(_dict(claim.get("status")).get("allocation"))
+        for entry in _list(_dict(allocation.get("devices")).get("results"))[:MAX_SELECTOR_DEVICES]:
+            entry = _dict(entry)
+            key = (entry.get("pool"), entry.get("device"))
+            if entry.get("driver") == dra.DRIVER and key in devices:
+                held.setdefault(devices[key], []).append(_claim_key(claim))
+    result["allocated"] = sorted(held)
+    result["holders"] = sorted(set(name for names in held.values() for name in names))
+    result["free"] = sorted(uuid for uuid in devices.values() if uuid not in held)
+    if not result["free"]:
+        result["status"] = "busy"
+        shown = ", ".join(result["holders"][:MAX_SHOWN]) + (", ..." if len(result["holders"]) > MAX_SHOWN else "")
+        result["reason"] = ("no %s device free on the node: all %d are allocated to ResourceClaims (%s); the serving "
+                            "pod needs 1 and is not started next to tenant workloads"
+                            % (device_class, len(devices), shown))
+    return result
+
+
+def _label_map(labels):
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ServingPodError("the serving labels are %r, not a mapping of strings (report this as a bug)" % (labels,))
+    return dict(labels)
+
+
+def dra_claim_template(name, namespace, labels, device_class, uuids):
+    """The ResourceClaimTemplate (``resource.k8s.io/v1``) of the serving pod: one request ``gpu`` for exactly one
+    device of ``device_class`` whose ``uuid`` attribute is one of ``uuids`` (the node's free devices, from
+    ``dra_free_devices``): the claim can only be allocated on that node, and only a device no claim holds. The
+    generated claim carries ``labels`` (so the next run finds what a killed run left)."""
+    _device_type(device_class)
+    dra = _dra()
+    problem = dns_label_problem(name) if isinstance(name, str) else "is not a string"
+    if problem:
+        raise ServingPodError("the claim template name %s (report this as a bug)" % problem)
+    if not isinstance(uuids, list) or not uuids or len(uuids) > MAX_SELECTOR_DEVICES \
+            or not all(isinstance(u, str) and _UUID_RE.match(u) for u in uuids):
+        raise ServingPodError("the devices to claim are %r, not 1 to %d device UUIDs (GPU-... or MIG-...). Fix: "
+                              "check the node's ResourceSlices" % (uuids if not isinstance(uuids, list)
+                                                                   else uuids[:3], MAX_SELECTOR_DEVICES))
+    labels = _label_map(labels)
+    expression = 'device.attributes["%s"].uuid in [%s]' % (
+        dra.DRIVER, ", ".join('"%s"' % uuid for uuid in sorted(set(uuids))))
+    return {
+        "apiVersion": "%s/%s" % (dra.FACTS["api"]["group"], dra.FACTS["api"]["version"]),
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "metadata": {"labels": labels},
+            "spec": {"devices": {"requests": [{"name": DRA_REQUEST, "exactly": {
+                "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1,
+                "selectors": [{"cel": {"expression": expression}}]}}]}},
+        },
+    }
+
+
+def dra_serving_pod(pod, node, template, resource="nvidia.com/gpu"):
+    """The serving pod (as the device-plugin path builds it) turned into its DRA form: ``spec.nodeName`` replaced
+    by a required nodeAffinity on the node's ``metadata.name`` (the scheduler allocates the claim), the cordon's
+    taint tolerated, ``resource`` removed from the containers' requests and limits, and the claim ``gpu`` from
+    ``template`` (a ResourceClaimTemplate name) in ``spec.resourceClaims`` and each container's
+    ``resources.claims``. The input is not changed."""
+    import copy  # pylint: disable=import-outside-toplevel
+    node = _node_name(node)
+    if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict) \
+            or not _list(pod["spec"].get("containers")):
+        raise ServingPodError("the serving pod has no spec.containers (report this as a bug)")
+    if not isinstance(template, str) or dns_label_problem(template):
+        raise ServingPodError("the claim template name %r is not a DNS label (report this as a bug)" % (template,))
+    pod = copy.deepcopy(pod)
+    spec = pod["spec"]
+    spec.pop("nodeName", None)
+    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    tolerations = [t for t in _list(spec.get("tolerations")) if _dict(t).get("key") != UNSCHEDULABLE_TAINT]
+    spec["tolerations"] = tolerations + [{"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    spec["resourceClaims"] = [{"name": DRA_REQUEST, "resourceClaimTemplateName": template}]
+    for container in spec["containers"]:
+        if not isinstance(container, dict):
+            raise ServingPodError("a container of the serving pod is not a mapping (report this as a bug)")
+        if not isinstance(container.get("resources"), dict):
+            container["resources"] = {}
+        resources = container["resources"]
+        for section in ("requests", "limits"):
+            if isinstance(resources.get(section), dict):
+                resources[section].pop(resource, None)
+        resources["claims"] = [{"name": DRA_REQUEST}]
+    return pod

@@ -350,3 +350,120 @@ def test_events_go_only_where_the_api_accepts_node_events(node):
     obj = node.object()
     assert not obj["spec"].get("unschedulable") and "nvidia.com/mig.config.state" not in obj["metadata"]["labels"]
     assert node.mutating() == [] and node.events() == []
+
+
+# --- the DRA driver's kubelet plugin, paused with the other GPU clients on a DRA node (issue 29, item 6) -------------
+DRA_LABEL = "gpu-native.io/deploy.dra-kubelet-plugin"
+DRA_POD_LABELS = {"dra-driver-nvidia-gpu-component": "kubelet-plugin"}
+PAUSE_RESUME = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: gpu_native.fleet._gpu_clients
+        tasks_from: pause
+      vars:
+        _gpu_clients_paused_value: paused-for-test
+    - name: What the pause left on the node
+      kubernetes.core.k8s_info:
+        kind: Pod
+        namespace: "{{ dra_namespace }}"
+        field_selectors: ["spec.nodeName={{ _gpu_clients_node_name }}"]
+      register: pods_while_paused
+    - name: Show it
+      ansible.builtin.debug:
+        msg: "PODS WHILE PAUSED: {{ pods_while_paused.resources | map(attribute='metadata.name') | list | to_json }}"
+    - ansible.builtin.include_role:
+        name: gpu_native.fleet._gpu_clients
+        tasks_from: resume
+"""
+
+
+@pytest.fixture
+def dra_plugin_node(kube_cluster, tmp_path):
+    """A node labelled for the DRA kubelet plugin, whose DaemonSet (as the driver's chart renders it with
+    kubeletPlugin.nodeSelector {gpu-native.io/deploy.dra-kubelet-plugin: "true"}) runs in a namespace of its own."""
+    plane = kube_cluster
+    name = "gpu-dra-" + secrets.token_hex(3)
+    plane.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "labels": {DRA_LABEL: "true", "nvidia.com/gpu.deploy.dcgm-exporter": "false"}}})
+    operator = plane.create_namespace("gpu-operator-")
+    dra = plane.create_namespace("dra-driver-")
+    token, cleanup = job_credentials(plane, "upgrades", operator)
+    kubeconfig = plane.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=operator, token=token)
+    plane.api("POST", "/apis/apps/v1/namespaces/%s/daemonsets" % dra, {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin"},
+        "spec": {"selector": {"matchLabels": DRA_POD_LABELS},
+                 "template": {"metadata": {"labels": DRA_POD_LABELS},
+                              "spec": {"nodeSelector": {DRA_LABEL: "true"},
+                                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                        "effect": "NoSchedule"}],
+                                       "containers": [{"name": "gpus", "image": "registry.invalid/dra:0.4.1"}]}}}})
+
+    def pods():
+        return [p for p in plane.api("GET", "/api/v1/namespaces/%s/pods" % dra)["items"]
+                if p["spec"].get("nodeName") == name]
+
+    def play(allocation):
+        path = tmp_path / "pause_resume.yml"
+        path.write_text(PAUSE_RESUME)
+        dra_daemonsets = [{"label": DRA_LABEL, "pods": "dra-driver-nvidia-gpu-component=kubelet-plugin",
+                           "namespace": dra, "wait": True}]
+        return run_ansible_playbook(str(path), kubeconfig, ["-e", json.dumps({
+            "_gpu_clients_node_name": name, "_gpu_clients_namespace": operator, "_gpu_clients_poll_interval": 1,
+            "_gpu_clients_timeout": 90, "_gpu_clients_host_services": [], "_gpu_clients_readiness_timer": "",
+            "_gpu_clients_cdi_spec": "", "gpu_native_allocation": allocation,
+            "_gpu_clients_dra_daemonsets": dra_daemonsets, "dra_namespace": dra})])
+    try:
+        with KubeletStandin(plane, [name]) as kubelet:
+            plane.wait_for("the DRA kubelet-plugin pod Running on the node", lambda: [
+                p for p in pods() if p["status"].get("phase") == "Running"], timeout=120)
+            yield plane, name, pods, play, kubelet
+    finally:
+        plane.request("DELETE", "/api/v1/nodes/" + name)
+        for path in cleanup:
+            plane.request("DELETE", path)
+        plane.delete_namespace(dra)
+        plane.delete_namespace(operator)
+
+
+def _resume_waited_for(stdout):
+    """The items of resume's wait for the plugins to run again (its loop labels: namespace/selector)."""
+    header = "Wait for the device plugin (or the DRA kubelet plugin) to run on the node again"
+    segment = stdout.split(header, 1)[1].split("TASK [", 1)[0] if header in stdout else ""
+    return [line.split("(item=", 1)[1].rstrip(")") for line in segment.splitlines() if "(item=" in line]
+
+
+def _paused_pods(stdout):
+    line = next(line for line in stdout.splitlines() if "PODS WHILE PAUSED: " in line)
+    return json.loads(line.split("PODS WHILE PAUSED: ", 1)[1].rstrip('"').replace('\\"', '"'))
+
+
+def test_the_dra_kubelet_plugin_is_paused_and_resumed_on_a_dra_node(dra_plugin_node):
+    plane, name, pods, play, kubelet = dra_plugin_node
+    before = [p["metadata"]["name"] for p in pods()]
+    assert len(before) == 1
+    result = play("dra")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert _paused_pods(result.stdout) == [], "pause waited until the kubelet plugin left the node"
+    waited = _resume_waited_for(result.stdout)
+    assert len(waited) == 1 and waited[0].endswith("/dra-driver-nvidia-gpu-component=kubelet-plugin"), waited
+    after = [p for p in pods() if p["status"].get("phase") == "Running"]
+    assert len(after) == 1 and after[0]["metadata"]["name"] not in before, "resume waited for a new pod to run"
+    assert plane.api("GET", "/api/v1/nodes/" + name)["metadata"]["labels"][DRA_LABEL] == "true"
+    selector = urllib.parse.quote("involvedObject.kind=Node,involvedObject.name=" + name)
+    reasons = sorted(e["reason"] for e in plane.api(
+        "GET", "/api/v1/namespaces/default/events?fieldSelector=" + selector)["items"]
+        if e.get("reportingComponent") == "gpu_native.fleet")
+    assert reasons == ["GpuClientsPaused", "GpuClientsRestored"], reasons
+    assert not kubelet.errors, kubelet.errors
+
+
+def test_the_dra_kubelet_plugin_is_left_alone_on_a_device_plugin_node(dra_plugin_node):
+    plane, name, pods, play, kubelet = dra_plugin_node
+    before = [p["metadata"]["name"] for p in pods()]
+    result = play("device_plugin")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert _paused_pods(result.stdout) == before
+    assert _resume_waited_for(result.stdout) == []
+    assert [p["metadata"]["name"] for p in pods()] == before
