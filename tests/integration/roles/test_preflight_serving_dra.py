@@ -159,7 +159,7 @@ def test_the_dra_serving_pod_claims_one_device_of_the_node_and_everything_is_del
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
 
     # the generated claim: owned by the pod (garbage-collected with it), allocated the node's device
-    claims = [versions for versions in seen["resourceclaims"].values()]
+    claims = list(seen["resourceclaims"].values())
     assert len(claims) == 1, seen["resourceclaims"]
     owners = claims[0][0]["metadata"]["ownerReferences"]
     assert [(o["kind"], o["name"], o.get("controller")) for o in owners] == [("Pod", identity["name"], True)]
@@ -179,10 +179,11 @@ def test_a_dra_node_whose_device_a_tenant_claims_is_skipped_and_nothing_is_creat
     plane.api("POST", "%s/namespaces/%s/resourceclaimtemplates" % (RESOURCE, kube_namespace), {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}})
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
     plane.api("POST", "/api/v1/namespaces/%s/pods" % kube_namespace, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train"},
-        "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
+        "spec": {"affinity": affinity,
                  "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
                  "containers": [{"name": "train", "image": "train:1", "resources": {"claims": [{"name": "gpu"}]}}]}})
     plane.wait_for("the tenant's claim allocated", lambda: [
