@@ -1044,7 +1044,8 @@ def _object_path(obj):
 
 def seed(plane, path):
     """Create, as admin, the objects of the YAML file at `path` (one List document); an object's ``status`` is
-    written through its status subresource afterwards, as its controller (a kubelet, for a Node) would."""
+    written through its status subresource afterwards, as its controller (a kubelet, for a Node) would: a merge
+    patch, which no resourceVersion guards (the control plane's own controllers change a new Node at once)."""
     import yaml  # pylint: disable=import-outside-toplevel
     with open(path, encoding="utf-8") as handle:
         document = yaml.safe_load(handle)
@@ -1057,8 +1058,8 @@ def seed(plane, path):
         status = obj.pop("status", None)
         created = plane.api("POST", collection, obj)
         if status:
-            created["status"] = status
-            plane.api("PUT", "%s/%s/status" % (collection, created["metadata"]["name"]), created)
+            plane.api("PATCH", "%s/%s/status" % (collection, created["metadata"]["name"]), {"status": status},
+                      content_type="application/merge-patch+json")
     return len(items)
 
 
