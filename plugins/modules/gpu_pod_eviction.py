@@ -19,6 +19,9 @@ description:
     evicts, through the C(policy/v1) eviction subresource, every pod whose containers or init containers request
     or limit a resource named in O(resources) (C(nvidia.com/gpu), MIG slices such as C(nvidia.com/mig-1g.10gb),
     shared replicas). With O(drain=true) every other pod leaves too, like C(kubectl drain --ignore-daemonsets).
+  - Under Dynamic Resource Allocation a pod holds a GPU through a ResourceClaim instead; a pod whose claims
+    (named in its C(spec.resourceClaims), or generated from a claim template) are allocated a device of a driver in
+    O(dra_drivers) is a GPU pod too, and is evicted like one.
   - DaemonSet pods are never evicted (their controller would put them back at once; pause the NVIDIA DaemonSets
     separately), nor mirror (static) pods, which the API cannot remove. Pods that already finished are skipped;
     pods already terminating are waited on, not evicted again.
@@ -61,6 +64,17 @@ options:
     type: list
     elements: str
     default: ['nvidia.com/']
+  dra_drivers:
+    description:
+      - DRA (C(resource.k8s.io/v1)) drivers whose devices count as GPU. A pod is a GPU pod when one of its
+        ResourceClaims is allocated a device of one of them (C(status.allocation.devices.results[].driver)).
+      - The default is NVIDIA's DRA Driver for GPUs, which publishes full GPUs and MIG devices. The claims are read
+        only for pods that name some and ask for no resource of O(resources).
+      - Set V([]) to look at O(resources) only (a cluster without C(resource.k8s.io/v1), before Kubernetes 1.34).
+      - At most 16 names.
+    type: list
+    elements: str
+    default: ['gpu.nvidia.com']
   drain:
     description:
       - Also evict the pods that use no GPU, like C(kubectl drain --ignore-daemonsets), that is every pod except DaemonSet
@@ -104,7 +118,8 @@ options:
         the pod's own C(terminationGracePeriodSeconds) applies. V(0) kills at once.
     type: int
 requirements:
-  - kubernetes >= 24.2.0 (the Python client, where the module runs)
+  - kubernetes >= 24.2.0 (the Python client, where the module runs); >= 34.1.0 to read the ResourceClaims of pods
+    that use DRA (its C(ResourceV1Api))
 notes:
   - Mirrors the option names of C(kubectl drain) and M(kubernetes.core.k8s_drain) (O(delete_emptydir_data),
     O(force), O(wait_sleep); O(grace_period) is their C(terminate_grace_period)).
@@ -272,6 +287,12 @@ class ClientApi(object):
         from kubernetes.client import CoreV1Api, PolicyV1Api  # pylint: disable=import-outside-toplevel
         self.core = CoreV1Api(api_client)
         self.policy = PolicyV1Api(api_client)
+        try:
+            from kubernetes.client import ResourceV1Api  # pylint: disable=import-outside-toplevel
+            self.resource = ResourceV1Api(api_client)
+        except ImportError:  # a client before 34.1.0: read_claim says so when a pod uses claims
+            self.resource = None
+        self.claims = {}
         self.deadline = deadline
 
     def _timeout(self):
@@ -302,6 +323,30 @@ class ClientApi(object):
                 return None
             raise
 
+    def read_claim(self, namespace, name):
+        """A ResourceClaim of ``namespace`` (None when gone), from one listing per namespace (the ``list`` right of
+        the job's ClusterRole, which the serving gate uses too)."""
+        if namespace not in self.claims:
+            if self.resource is None:
+                raise gpu_pods.EvictionError(
+                    "a pod in namespace %s uses ResourceClaims, and this kubernetes Python client (%s) cannot read "
+                    "resource.k8s.io/v1; install kubernetes >= 34.1.0 where the module runs, or set dra_drivers: [] "
+                    "to judge pods by their resources only" % (namespace, _client_version()))
+            try:
+                response = self.resource.list_namespaced_resource_claim(namespace, _preload_content=False,
+                                                                        _request_timeout=self._timeout())
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise gpu_pods.EvictionError(
+                        "a pod in namespace %s uses ResourceClaims, and the API server serves no resource.k8s.io/v1 "
+                        "(Kubernetes before 1.34): which of them hold a GPU cannot be read; evict those pods by hand, "
+                        "or set dra_drivers: [] to judge pods by their resources only" % namespace)
+                raise
+            items = gpu_pods._list(_body(response).get("items"))  # pylint: disable=protected-access
+            self.claims[namespace] = dict((gpu_pods._dict(c.get("metadata")).get("name"), c)  # pylint: disable=protected-access
+                                          for c in items if isinstance(c, dict))
+        return self.claims[namespace].get(name)
+
     def list_pdbs(self, namespace):
         response = self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False,
                                                                      _request_timeout=self._timeout())
@@ -321,10 +366,15 @@ class ClientApi(object):
             return exc.status, _json(exc.body)
 
 
+def _client_version():
+    return getattr(kubernetes, "__version__", "unknown version") if not KUBERNETES_ERROR else "missing"
+
+
 def argument_spec():
     spec = dict(
         node=dict(type="str", required=True, aliases=["name"]),
         resources=dict(type="list", elements="str", default=["nvidia.com/"]),
+        dra_drivers=dict(type="list", elements="str", default=list(gpu_pods.DEFAULT_DRA_DRIVERS)),
         drain=dict(type="bool", default=False),
         delete_emptydir_data=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
@@ -355,6 +405,11 @@ def _check_params(module):
     if not prefixes or len(params["resources"]) > 64:
         module.fail_json(msg="resources must hold 1 to 64 non-empty resource name prefixes (such as nvidia.com/); "
                          "set it, or leave it unset for the default", **_empty_result())
+    drivers = params["dra_drivers"]
+    if len(drivers) > 16 or any(not driver or len(driver) > 253 for driver in drivers):
+        module.fail_json(msg="dra_drivers must hold at most 16 non-empty DRA driver names (such as gpu.nvidia.com); "
+                         "set it, [] to judge pods by their resources only, or leave it unset for the default",
+                         **_empty_result())
     if not params["node"] or len(params["node"]) > 253:
         module.fail_json(msg="node must be a Node name (1 to 253 characters); set it to the node's name",
                          **_empty_result())
@@ -393,7 +448,8 @@ def _api_failure(module, node, exc, result):
         why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
     result = dict(_empty_result(), **result)
     module.fail_json(msg="talking to the Kubernetes API about node %s failed: %s; check the API address, the "
-                     "credentials and their rights (get nodes, list pods, create pods/eviction), then run again"
+                     "credentials and their rights (get nodes, list pods, create pods/eviction, list resourceclaims), then run "
+                     "again"
                      % (node, why), **result)
 
 
@@ -432,7 +488,8 @@ def evict(module, deadline, state):
                              **result)
         selection = gpu_pods.select_pods(api.list_pods(node), [p for p in params["resources"] if p],
                                          drain=params["drain"], delete_emptydir_data=params["delete_emptydir_data"],
-                                         force=params["force"], node=node)
+                                         force=params["force"], node=node, dra_drivers=tuple(params["dra_drivers"]),
+                                         read_claim=api.read_claim)
         result["skipped"] = selection.skipped
         if selection.refused:
             reasons = "; ".join("%s %s" % (gpu_pods.pod_key(pod), why) for pod, why in selection.refused)

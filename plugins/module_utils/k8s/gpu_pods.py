@@ -18,6 +18,8 @@ the rules, over pod objects as the API returns them (plain dicts); returns a
 terminating: waited on, not evicted again), ``skipped`` (``{pod, namespace,
 reason}``) and ``refused`` (drain only: pods that ``kubectl drain`` would refuse
 without ``--delete-emptydir-data`` / ``--force``; nothing may be evicted then).
+``claim_names(pod)``: the ResourceClaims (``resource.k8s.io/v1``) a pod uses, by name.
+``allocated_devices(claim, drivers)``: the devices of those DRA ``drivers`` allocated to a claim.
 ``pdb_from_status(body)``: the PodDisruptionBudget named by a 429 eviction answer.
 ``selector_matches(selector, labels)``: a ``metav1.LabelSelector`` against labels.
 ``Evictor(api, node, ...)``: evicts a selection through the eviction
@@ -36,6 +38,10 @@ unless ``drain``):
   once; the NVIDIA DaemonSets are paused separately), nor mirror (static) pods,
   which the API cannot remove;
 - a pod with a ``deletionTimestamp`` is already leaving: it is waited on;
+- a pod also holds a GPU when one of its ResourceClaims is allocated a device of
+  one of the DRA drivers given (NVIDIA's DRA driver, ``gpu.nvidia.com``, publishes
+  GPUs and MIG devices; a pod asking for ``nvidia.com/gpu`` through the driver's
+  extended resource is caught by the resource rule already);
 - without ``drain`` a pod is evicted when it asks for a GPU resource, whatever
   its volumes or owner (it holds the device the driver change needs); with
   ``drain`` every other pod is evicted too, and like ``kubectl drain`` a pod
@@ -58,6 +64,11 @@ DEFAULT_PREFIXES = ("nvidia.com/",)
 # Bounds: hostile or huge listings stay cheap to judge and to report.
 MAX_PODS = 5000
 MAX_CONTAINERS = 256
+# A pod names at most a few claims; more is hostile input, judged by the first ones only.
+MAX_CLAIMS = 64
+# NVIDIA's DRA Driver for GPUs (kubernetes-sigs/dra-driver-nvidia-gpu): spec.driver of its GPU and MIG slices, and
+# so allocation.devices.results[].driver of the claims it serves (plugins/plugin_utils/dra_facts.yml, its sources).
+DEFAULT_DRA_DRIVERS = ("gpu.nvidia.com",)
 
 # kube-apiserver's 429 names the budget in details.causes[].message, in each of its forms: "The disruption budget
 # %s needs %d healthy pods and has %d currently", "... %s does not allow evicting pods currently because it failed
@@ -100,6 +111,48 @@ def gpu_resources(pod, prefixes=DEFAULT_PREFIXES):
     return sorted(found)
 
 
+def claim_names(pod):
+    """Sorted names of the ResourceClaims a pod uses (core/v1 PodResourceClaim, PodResourceClaimStatus).
+
+    ``spec.resourceClaims[].resourceClaimName`` names a claim directly; an entry with ``resourceClaimTemplateName``
+    uses the claim generated for the pod, whose name ``status.resourceClaimStatuses[]`` records under the entry's
+    name (null there when no claim was needed)."""
+    spec = _dict(_dict(pod).get("spec"))
+    generated = {}
+    for entry in _list(_dict(_dict(pod).get("status")).get("resourceClaimStatuses"))[:MAX_CLAIMS]:
+        entry = _dict(entry)
+        generated[entry.get("name")] = entry.get("resourceClaimName")
+    names = set()
+    for entry in _list(spec.get("resourceClaims"))[:MAX_CLAIMS]:
+        entry = _dict(entry)
+        name = entry.get("resourceClaimName") or (generated.get(entry.get("name"))
+                                                  if entry.get("resourceClaimTemplateName") else None)
+        if isinstance(name, str) and name:
+            names.add(name)
+    return sorted(names)
+
+
+def allocated_devices(claim, drivers):
+    """``driver/pool/device`` of each device allocated to ``claim`` (a ResourceClaim dict) by one of ``drivers``."""
+    allocation = _dict(_dict(_dict(claim).get("status")).get("allocation"))
+    found = []
+    for result in _list(_dict(allocation.get("devices")).get("results"))[:MAX_CLAIMS * 32]:
+        result = _dict(result)
+        if result.get("driver") in drivers:
+            found.append("%s/%s/%s" % (result.get("driver"), result.get("pool", ""), result.get("device", "")))
+    return found
+
+
+def dra_gpu_devices(pod, drivers, read_claim):
+    """The NVIDIA DRA devices ``pod`` holds through its claims; ``read_claim(namespace, name)`` returns the claim
+    dict or None (gone: it holds nothing)."""
+    namespace = _dict(_dict(pod).get("metadata")).get("namespace", "")
+    devices = []
+    for name in claim_names(pod):
+        devices.extend(allocated_devices(read_claim(namespace, name), drivers))
+    return devices
+
+
 def owner_kinds(pod):
     refs = _list(_dict(pod.get("metadata")).get("ownerReferences"))
     return [_dict(ref).get("kind") for ref in refs if _dict(ref).get("controller")]
@@ -131,9 +184,28 @@ class Selection(object):
                              "reason": reason})
 
 
+def _judge(selection, pod, meta, gpus, prefixes, dra_drivers, drain, delete_emptydir_data, force):
+    """The rules for a pod the node, phase, mirror and DaemonSet rules leave; ``gpus``: the GPU it holds."""
+    if not gpus and not drain:
+        selection.skip(pod, "uses no %s resource%s" % (
+            " or ".join(p + "*" for p in prefixes),
+            " and no device of DRA driver %s" % " or ".join(dra_drivers) if dra_drivers else ""))
+    elif meta.get("deletionTimestamp"):
+        selection.wait.append(pod)
+    elif drain and not gpus and uses_emptydir(pod) and not delete_emptydir_data:
+        selection.refused.append((pod, "uses emptyDir (local data); set delete_emptydir_data=true"))
+    elif drain and not gpus and not owner_kinds(pod) and not force:
+        selection.refused.append((pod, "not managed by a controller, nothing would recreate it; set force=true"))
+    else:
+        selection.evict.append(pod)
+
+
 def select_pods(pods, prefixes=DEFAULT_PREFIXES, drain=False, delete_emptydir_data=False, force=False,
-                node=None):
-    """Apply the rules of this module's docstring to ``pods`` (a list of pod dicts)."""
+                node=None, dra_drivers=(), read_claim=None):
+    """Apply the rules of this module's docstring to ``pods`` (a list of pod dicts).
+
+    With ``dra_drivers`` and ``read_claim(namespace, name) -> claim dict or None``, a pod whose claims hold a
+    device of one of those drivers is a GPU pod too; the claims are read only for pods the other rules leave."""
     if len(pods) > MAX_PODS:
         raise EvictionError("the node has %d pods, more than the %d this module judges at once; drain it with "
                             "kubectl drain instead" % (len(pods), MAX_PODS))
@@ -152,16 +224,10 @@ def select_pods(pods, prefixes=DEFAULT_PREFIXES, drain=False, delete_emptydir_da
             selection.skip(pod, "mirror (static) pod: the API cannot evict it")
         elif is_daemonset_pod(pod):
             selection.skip(pod, "DaemonSet pod: never evicted (pause its DaemonSet instead)")
-        elif not gpus and not drain:
-            selection.skip(pod, "uses no %s resource" % " or ".join(p + "*" for p in prefixes))
-        elif meta.get("deletionTimestamp"):
-            selection.wait.append(pod)
-        elif drain and not gpus and uses_emptydir(pod) and not delete_emptydir_data:
-            selection.refused.append((pod, "uses emptyDir (local data); set delete_emptydir_data=true"))
-        elif drain and not gpus and not owner_kinds(pod) and not force:
-            selection.refused.append((pod, "not managed by a controller, nothing would recreate it; set force=true"))
         else:
-            selection.evict.append(pod)
+            if not gpus and dra_drivers and read_claim is not None:
+                gpus = dra_gpu_devices(pod, dra_drivers, read_claim)
+            _judge(selection, pod, meta, gpus, prefixes, dra_drivers, drain, delete_emptydir_data, force)
     return selection
 
 

@@ -152,8 +152,10 @@ def evict(cluster, kube_job_kubeconfig, run_playbook, tmp_path):
     The result's pod names carry the short namespace names (ml, default...) the test seeded them in."""
     config = kube_job_kubeconfig("upgrades")
 
-    def _run(seed, args, check=False, extra_env=None, kubeconfig=True, diff=False):
+    def _run(seed, args, check=False, extra_env=None, kubeconfig=True, diff=False, prepare=None):
         server = cluster(seed)
+        if prepare is not None:
+            prepare(server)  # what a test's controllers would write after the seed (a claim's allocation)
         out = tmp_path / "result.json"
         if out.exists():
             out.unlink()
@@ -316,3 +318,50 @@ def test_unknown_node_missing_kubeconfig_or_client_are_clear_errors(cluster, kub
     assert "Failed to import the required Python library (kubernetes)" in results["no_client"]["msg"]
     assert "pip install kubernetes" in results["no_client"]["msg"]
     assert len(pod_names(server)) == seeded_pods(SEED)
+
+
+# -- DRA: a pod holding a GPU through a ResourceClaim (resource.k8s.io/v1, served by the real control plane) -------
+
+def dra_claim(name, device_class="gpu.nvidia.com"):
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": device_class}}]}}}
+
+
+def dra_pod(name, claim_name):
+    obj = pod(name)
+    obj["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimName": claim_name}]
+    obj["spec"]["containers"][0]["resources"] = {"claims": [{"name": "dev"}]}
+    return obj
+
+
+def allocate(server, claim_name, driver, device):
+    """Write a claim's allocation as the scheduler does once it has picked a device of that driver on the node."""
+    path = "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s/status" % (server.seed.ns("ml"), claim_name)
+    server.plane.api("PATCH", path, {"status": {"allocation": {"devices": {"results": [
+        {"request": "dev", "driver": driver, "pool": server.node, "device": device}]}}}},
+        content_type="application/merge-patch+json")
+
+
+DRA_SEED = [SEED[0], SEED[1], dra_pod("dra-trainer", "trainer-gpu"), dra_pod("dra-nic", "nic"),
+            pod("web-0", namespace="default"), dra_claim("trainer-gpu"), dra_claim("nic", "nic.example.com")]
+
+
+def allocate_dra_seed(server):
+    allocate(server, "trainer-gpu", "gpu.nvidia.com", "gpu-0")
+    allocate(server, "nic", "nic.example.com", "nic-0")
+
+
+def test_a_pod_whose_claim_holds_an_nvidia_dra_device_is_evicted(evict):
+    result, server, proc = evict(DRA_SEED, {"timeout": 30}, prepare=allocate_dra_seed)
+    assert not result.get("failed"), proc.stdout
+    assert names(result["evicted"]) == ["ml/dra-trainer"]
+    reasons = {"%s/%s" % (s["namespace"], s["pod"]): s["reason"] for s in result["skipped"]}
+    assert reasons["ml/dra-nic"] == "uses no nvidia.com/* resource and no device of DRA driver gpu.nvidia.com"
+    assert pod_names(server, NODE) == ["default/web-0", "ml/dra-nic"]
+
+
+def test_without_dra_drivers_the_claim_is_not_read_and_the_pod_stays(evict):
+    result, server, proc = evict(DRA_SEED, {"timeout": 30, "dra_drivers": []}, prepare=allocate_dra_seed)
+    assert not result.get("failed"), proc.stdout
+    assert result["evicted"] == [] and result["changed"] is False
+    assert pod_names(server, NODE) == ["default/web-0", "ml/dra-nic", "ml/dra-trainer"]
