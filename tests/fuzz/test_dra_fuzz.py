@@ -4,6 +4,8 @@
 * any node object, slices, DeviceClasses, pods (mappings, scalars, lists, nulls anywhere) and nvidia-smi -L text:
   dra_kubernetes_gate gives ``{status: pass|fail, reasons, details}`` with a reason for every failure, or its own
   AnsibleFilterError with the fix;
+* any pods and ResourceClaims: gpu_pod_eviction's rules (gpu_pods.select_pods with dra_drivers) judge every pod
+  once, and read a bounded number of claims;
 * any text: parse_smi_list gives GPUs whose MIG devices are bounded, or its own DraError; the work is linear in
   the text's length.
 
@@ -14,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.gpu_native.fleet.plugins.filter import dra as dra_filter
+from ansible_collections.gpu_native.fleet.plugins.module_utils.k8s import gpu_pods
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils import dra
 
 from _bounds import assert_effort_within, effort
@@ -102,3 +105,29 @@ def test_the_compliance_row_is_always_a_row(slices, mode, node, smi, name):
         return
     assert row["check"] == "dra" and row["status"] in ("pass", "fail", "error", "skip")
     assert row["status"] == "pass" or row["actual"]
+
+
+CLAIM_KEYS = st.sampled_from(["metadata", "spec", "status", "name", "namespace", "nodeName", "resourceClaims",
+                              "resourceClaimName", "resourceClaimTemplateName", "resourceClaimStatuses", "allocation",
+                              "devices", "results", "driver", "pool", "device", "phase", "ownerReferences", "kind",
+                              "controller", "containers", "resources", "limits", "nvidia.com/gpu"])
+CLAIM_VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                             st.dictionaries(CLAIM_KEYS, inner, max_size=5)),
+                            max_leaves=16)
+
+
+@given(st.lists(CLAIM_VALUES, max_size=6), st.dictionaries(st.text(max_size=8), CLAIM_VALUES, max_size=6),
+       st.booleans())
+def test_eviction_rules_with_any_pods_and_claims_account_for_every_pod(pods, claims, drain):
+    """gpu_pods.select_pods over DRA-shaped pods and claims (gpu_pod_eviction's dra_drivers): every pod ends in
+    exactly one of evict, wait, skipped, refused; nothing else is raised."""
+    reads = []
+
+    def read_claim(namespace, name):
+        reads.append((namespace, name))
+        return claims.get(name)
+    selection = gpu_pods.select_pods(pods, drain=drain, dra_drivers=gpu_pods.DEFAULT_DRA_DRIVERS,
+                                     read_claim=read_claim)
+    judged = len(selection.evict) + len(selection.wait) + len(selection.skipped) + len(selection.refused)
+    assert judged == len(pods)
+    assert len(reads) <= len(pods) * gpu_pods.MAX_CLAIMS
