@@ -122,6 +122,22 @@ def dra_compliance(slices_result, mode="dra", node_result=None, smi_result=None,
     return row
 
 
+def dra_advertised_resources(slices, node_name):
+    """The node's devices in its ResourceSlices of NVIDIA's DRA driver as ``{nvidia.com/gpu: "n",
+    nvidia.com/mig-<profile>: "n"}`` (the device plugin's mixed names), or None while a pool is incomplete or
+    stale or the node has none; ``slices`` is k8s_info's ``resources``."""
+    slices = to_plain(slices)
+    if not isinstance(slices, list) or not all(isinstance(item, dict) for item in slices):
+        raise AnsibleFilterError("dra_advertised_resources: the input must be a list of ResourceSlices (k8s_info "
+                                 "resources), got %s. Fix: pass the resources list of the k8s_info result."
+                                 % type(slices).__name__)
+    try:
+        return dra.advertised_resources(slices, str(to_plain(node_name) or ""))
+    except dra.DraError as exc:
+        raise AnsibleFilterError("dra_advertised_resources: %s. Fix: pass the k8s_info resources of the node's "
+                                 "ResourceSlices." % exc)
+
+
 def _with_mode(gate, mode):
     result = dict(gate)
     result["details"] = dict(result.get("details") or {})
@@ -133,4 +149,5 @@ class FilterModule(object):
     """gpu_native.fleet DRA filters."""
 
     def filters(self):
-        return {"dra_kubernetes_gate": dra_kubernetes_gate, "dra_compliance": dra_compliance}
+        return {"dra_kubernetes_gate": dra_kubernetes_gate, "dra_compliance": dra_compliance,
+                "dra_advertised_resources": dra_advertised_resources}

@@ -212,6 +212,14 @@ resources:
   returned: always
   type: dict
   sample: {"nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-4g.40gb": "2"}
+mixed_resources:
+  description:
+    - The layout's devices named as under V(mixed), whatever O(mig_strategy) - C(nvidia.com/mig-<profile>) per
+      instance and C(nvidia.com/gpu) per GPU without MIG - which is how NVIDIA's DRA driver publishes them (a
+      MIG-enabled GPU only through its MIG devices). The mig role waits for a DRA node's ResourceSlices to show them.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "2"}
 gpus:
   description: The node's GPUs with the model each resolved to.
   returned: always
@@ -363,7 +371,8 @@ def main():
             module.warn(refused)
     result = dict(changed=bool(plan), plan=plan, drift=found["drift"], gpus=gpus, changed_gpus=[], steps=[],
                   reboot_required=False, pending_gpus=[],
-                  resources=expected_resources(found["evaluation"]["configs"][params["select"]], params["mig_strategy"]))
+                  resources=expected_resources(found["evaluation"]["configs"][params["select"]], params["mig_strategy"]),
+                  mixed_resources=expected_resources(found["evaluation"]["configs"][params["select"]], "mixed"))
     if module._diff:
         result["diff"] = {"before_header": "MIG layout (now)", "after_header": "MIG layout %s" % params["select"],
                           "before": layout_lines(gpus, found["actual"]),

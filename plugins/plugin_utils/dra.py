@@ -256,6 +256,22 @@ def _by_profile(migs):
     return counts
 
 
+def advertised_resources(slices, node_name):
+    """What the node's ResourceSlices of NVIDIA's driver offer, named as the device plugin's ``mixed`` strategy
+    names them (``nvidia.com/gpu`` per full GPU, ``nvidia.com/mig-<profile>`` per MIG device; a MIG-enabled GPU is
+    published through its MIG devices only), counts as strings like a Node's allocatable; None while the node has
+    no slices or a pool is incomplete or stale (the driver is still publishing)."""
+    mine = node_slices(slices, node_name)
+    pools = node_pools(mine)
+    if not pools or any(pool["problems"] for pool in pools.values()):
+        return None
+    devices = published_devices([item for pool in pools.values() for item in pool["current"]])
+    counts = dict((MIG_RESOURCE_PREFIX + profile, count) for profile, count in _by_profile(devices["migs"]).items())
+    if devices["gpus"]:
+        counts[FULL_RESOURCE] = len(devices["gpus"])
+    return dict((name, str(count)) for name, count in sorted(counts.items()))
+
+
 def _resource_count(value):
     if isinstance(value, bool):
         return None

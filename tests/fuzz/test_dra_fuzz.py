@@ -4,6 +4,7 @@
 * any node object, slices, DeviceClasses, pods (mappings, scalars, lists, nulls anywhere) and nvidia-smi -L text:
   dra_kubernetes_gate gives ``{status: pass|fail, reasons, details}`` with a reason for every failure, or its own
   AnsibleFilterError with the fix;
+* any slices: dra_advertised_resources gives counts by resource name, None, or its own error with the fix;
 * any pods and ResourceClaims: gpu_pod_eviction's rules (gpu_pods.select_pods with dra_drivers) judge every pod
   once, and read a bounded number of claims;
 * any text: parse_smi_list gives GPUs whose MIG devices are bounded, or its own DraError; the work is linear in
@@ -21,7 +22,7 @@ from ansible_collections.gpu_native.fleet.plugins.plugin_utils import dra
 
 from _bounds import assert_effort_within, effort
 
-FUZZ_TARGETS = ("dra_kubernetes_gate", "dra_compliance")
+FUZZ_TARGETS = ("dra_kubernetes_gate", "dra_compliance", "dra_advertised_resources")
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12), st.sampled_from(
     ["gpu.nvidia.com", "gpu-node-1", "gpu", "mig", "1g.5gb", "GPU-1", "MIG-1", "Running", "True", "Ready", "1", "0",
@@ -105,6 +106,18 @@ def test_the_compliance_row_is_always_a_row(slices, mode, node, smi, name):
         return
     assert row["check"] == "dra" and row["status"] in ("pass", "fail", "error", "skip")
     assert row["status"] == "pass" or row["actual"]
+
+
+@given(st.one_of(SLICES, VALUES), st.one_of(st.just("n1"), SCALARS))
+def test_advertised_resources_is_counts_or_none(slices, node_name):
+    """dra_advertised_resources: {resource name: count as a string} or None, or its own error with the fix."""
+    try:
+        result = dra_filter.dra_advertised_resources(slices, node_name)
+    except AnsibleFilterError as exc:
+        assert "Fix" in str(exc)
+        return
+    assert result is None or all(name.startswith("nvidia.com/") and count.isdigit() and int(count) > 0
+                                 for name, count in result.items())
 
 
 CLAIM_KEYS = st.sampled_from(["metadata", "spec", "status", "name", "namespace", "nodeName", "resourceClaims",

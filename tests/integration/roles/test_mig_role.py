@@ -20,6 +20,8 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
+import time
 import urllib.parse
 
 import pytest
@@ -467,3 +469,96 @@ def test_the_dra_kubelet_plugin_is_left_alone_on_a_device_plugin_node(dra_plugin
     assert _paused_pods(result.stdout) == before
     assert _resume_waited_for(result.stdout) == []
     assert [p["metadata"]["name"] for p in pods()] == before
+
+
+# -- a DRA node: after the change the role waits for NVIDIA's DRA driver to republish the node's ResourceSlices ----
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+BALANCED = [["4g.40gb", "2g.20gb", "1g.10gb"]] * 2 + [None] * 6  # CONFIG["balanced"] per GPU index
+
+
+def dra_slice(node, generation, layout):
+    """The node's one ResourceSlice as the driver publishes it without DynamicMIG (pool = node name): per GPU index
+    a full GPU (None) or its MIG devices (profiles), with type, uuid, profile and parentUUID attributes."""
+    devices = []
+    for index, migs in enumerate(layout):
+        parent = "GPU-%08d-0000-0000-0000-000000000000" % index
+        if migs is None:
+            devices.append({"name": "gpu-%d" % index, "attributes": {"type": {"string": "gpu"},
+                                                                   "uuid": {"string": parent}}})
+            continue
+        for number, profile in enumerate(migs):
+            devices.append({"name": "gpu-%d-mig-%s-%d-%d" % (index, profile.replace(".", ""), number, number),
+                            "attributes": {"type": {"string": "mig"}, "profile": {"string": profile},
+                                           "uuid": {"string": "MIG-%08d-%04d-0000-0000-000000000000" % (index, number)},
+                                           "parentUUID": {"string": parent}}})
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": node + "-gpu.nvidia.com-0"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "devices": devices,
+                     "pool": {"name": node, "generation": generation, "resourceSliceCount": 1}}}
+
+
+class DraDriverStandin:
+    """What the DRA driver's kubelet plugin does when it starts on the node: publish the node's slice (here: the
+    new layout, at the next generation, `delay` seconds after a kubelet-plugin pod that was not there at the start
+    runs). Writes through the real API only; `published_at` is when it did."""
+
+    def __init__(self, plane, node, pods, layout, delay=3.0):
+        self.plane, self.node, self.pods, self.layout, self.delay = plane, node, pods, layout, delay
+        self.first = set(p["metadata"]["name"] for p in pods())
+        self.published_at = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop.wait(0.3):
+            if any(p["metadata"]["name"] not in self.first and p["status"].get("phase") == "Running"
+                   for p in self.pods()):
+                time.sleep(self.delay)
+                path = "%s/%s-gpu.nvidia.com-0" % (SLICES, self.node)
+                current = self.plane.api("GET", path)
+                new = dra_slice(self.node, current["spec"]["pool"]["generation"] + 1, self.layout)
+                new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                self.plane.api("PUT", path, new)
+                self.published_at = time.time()
+                return
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def dra_node(kube_cluster, tmp_path):
+    seed = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "labels": {
+        DRA_LABEL: "true", "nvidia.com/gpu.deploy.dcgm-exporter": "false"}}, "spec": {}}
+    plugin = daemonset("dra-driver-nvidia-gpu-kubelet-plugin", DRA_LABEL)
+    for node in _node(kube_cluster, tmp_path, seed, daemonsets=[plugin]):
+        kube_cluster.api("POST", SLICES, dra_slice(node.node_name, 1, [None] * 8))
+        try:
+            node.api.wait_for("the DRA kubelet-plugin pod Running on the node", lambda: [
+                p for p in node.pods() if p["status"].get("phase") == "Running"], timeout=120)
+            yield node
+        finally:
+            kube_cluster.request("DELETE", "%s/%s-gpu.nvidia.com-0" % (SLICES, node.node_name))
+
+
+def test_on_a_dra_node_the_role_hands_back_only_once_the_slices_show_the_new_layout(dra_node):
+    node = dra_node
+    driver = DraDriverStandin(node.api, node.node_name, node.pods, BALANCED)
+    try:
+        result = node.play("balanced", gpu_native_allocation="dra", _gpu_clients_dra_daemonsets=[
+            {"label": DRA_LABEL, "pods": "app=dra-driver-nvidia-gpu-kubelet-plugin",
+             "namespace": node.gpu_namespace, "wait": True}])
+    finally:
+        driver.close()
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert driver.published_at is not None, "the kubelet plugin never ran again"
+    wait = result.stdout.split("Wait for the node's ResourceSlices to publish the new layout's devices (DRA)", 1)
+    assert len(wait) == 2 and wait[1].split("TASK [", 1)[0].strip().splitlines()[-1].startswith("ok:"), \
+        result.stdout[-4000:]
+    success = [e for e in node.events() if e["reason"] == "MigConfigSuccess"]
+    assert success and _time(success[0]) > driver.published_at, "handed back before the driver republished"
+    assert not node.object()["spec"].get("unschedulable")
+    assert not node.kubelet.errors, node.kubelet.errors

@@ -273,3 +273,33 @@ def test_compliance_rows_carry_the_dra_row_and_a_dra_node_has_no_device_plugin_f
     del hostvars["h"]["__compliance_dra"]
     rows = dict((row["check"], row) for row in compliance_rows(hostvars, ["h"]))
     assert "dra" not in rows and rows["kubernetes"]["status"] == "fail"
+
+
+# -- advertised_resources (filter dra_advertised_resources): what the mig role waits for on a DRA node ----------
+
+def test_advertised_resources_counts_full_gpus_and_mig_devices_in_the_device_plugins_names():
+    from ansible_collections.gpu_native.fleet.plugins.filter.dra import dra_advertised_resources
+    assert dra.advertised_resources([slice_for()], NODE) == {"nvidia.com/gpu": "1"}
+    assert dra.advertised_resources([slice_for("resourceslice_a100_mig.yaml")], NODE) == {"nvidia.com/mig-1g.5gb": "1"}
+    both = [slice_for(), slice_for("resourceslice_a100_mig.yaml", node="other")]
+    assert dra_advertised_resources(both, NODE) == {"nvidia.com/gpu": "1"}
+
+
+def test_advertised_resources_is_none_while_the_driver_is_still_publishing():
+    assert dra.advertised_resources([], NODE) is None
+    assert dra.advertised_resources([slice_for(node="other")], NODE) is None
+    incomplete = slice_for()
+    incomplete["spec"]["pool"]["resourceSliceCount"] = 2
+    assert dra.advertised_resources([incomplete], NODE) is None
+    old, new = slice_for(), slice_for("resourceslice_a100_mig.yaml")
+    new["metadata"]["name"] = "new"
+    new["spec"]["pool"]["generation"] = 2
+    assert dra.advertised_resources([old, new], NODE) is None  # the old generation's slice is still there
+    assert dra.advertised_resources([new], NODE) == {"nvidia.com/mig-1g.5gb": "1"}
+
+
+@pytest.mark.parametrize("bad", ["x", {"items": []}, [None], [1, {}]])
+def test_advertised_resources_filter_refuses_what_is_not_a_list_of_slices(bad):
+    from ansible_collections.gpu_native.fleet.plugins.filter.dra import dra_advertised_resources
+    with pytest.raises(AnsibleFilterError, match="dra_advertised_resources: the input must be a list of ResourceSlices"):
+        dra_advertised_resources(bad, NODE)
