@@ -484,8 +484,8 @@ def dra_slice(node, generation, layout):
     for index, migs in enumerate(layout):
         parent = "GPU-%08d-0000-0000-0000-000000000000" % index
         if migs is None:
-            devices.append({"name": "gpu-%d" % index, "attributes": {"type": {"string": "gpu"},
-                                                                   "uuid": {"string": parent}}})
+            attributes = {"type": {"string": "gpu"}, "uuid": {"string": parent}}
+            devices.append({"name": "gpu-%d" % index, "attributes": attributes})
             continue
         for number, profile in enumerate(migs):
             devices.append({"name": "gpu-%d-mig-%s-%d-%d" % (index, profile.replace(".", ""), number, number),
