@@ -47,7 +47,11 @@ def cordon_decision(node, owner, step="take", run_id="", now="", take_over=False
 
 def node_joined(node, label_key=cordon_ownership.JOINED_LABEL,
                 registration_taint_key=cordon_ownership.REGISTRATION_TAINT_KEY):
-    """Node object -> True when it has joined (cordon_ownership.is_joined, the one definition)."""
+    """Node object -> True when it has joined (cordon_ownership.is_joined, the one definition). A key given as
+    None is the default (so a role passes an unset variable through ``default(none)``, never a copy of the key)."""
+    label_key = cordon_ownership.JOINED_LABEL if label_key is None else label_key
+    if registration_taint_key is None:
+        registration_taint_key = cordon_ownership.REGISTRATION_TAINT_KEY
     try:
         return cordon_ownership.is_joined(to_plain(node), to_plain(label_key), to_plain(registration_taint_key) or "")
     except cordon_ownership.CordonError as exc:

@@ -22,13 +22,15 @@ from html import escape
 
 from ansible.errors import AnsibleFilterError
 
-# The gates in the order the preflight runs them (plugin_utils/preflight.py GATES).
-GATES = ("spec", "hardware", "kubernetes", "cuda", "serving")
-STATUSES = ("pass", "fail", "skip")
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight
+
+# The gates in the order the preflight runs them, and a gate's statuses (plugin_utils/preflight.py).
+GATES = preflight.GATES
+STATUSES = preflight.STATUSES
 MAX_ROWS = 5000
 MAX_REASONS = 50
 MAX_TEXT = 500
-DEFAULT_LABEL_KEY = "gpu-native.io/preflight"
+DEFAULT_LABEL_KEY = preflight.DEFAULT_LABEL_KEY
 # What preflight_outcome means for the node (roles/preflight/tasks/verdict.yml, cordon.yml).
 OUTCOMES = {
     "joined": ("passed", "passed: labelled %s=passed, registration taint removed, uncordoned"),

@@ -186,7 +186,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config
-from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.fleet_compliance import CHECKS, run_checks
+from ansible_collections.gpu_native.fleet.plugins.module_utils.spec.fleet_compliance import CHECKS, TOOLKIT_CONFIG, run_checks
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 
 
@@ -209,7 +209,7 @@ def main():
             runtime_binary=dict(type="str", default=containerd_config.DEFAULT_BINARY),
             readiness_textfile=dict(type="path"),
             readiness_max_age=dict(type="int", default=600),
-            toolkit_config=dict(type="path", default="/etc/nvidia-container-runtime/config.toml"),
+            toolkit_config=dict(type="path", default=TOOLKIT_CONFIG),
             **node_tools.argument_spec(source=False)
         ),
         supports_check_mode=True,

@@ -20,8 +20,10 @@ import re
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import fixed_width_table, squash
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.bounded_int import parse_int
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
+from ansible_collections.gpu_native.fleet.plugins.module_utils._common import check_result
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils import device_plugin_config as shared_plugin_config
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import cordon_ownership
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     MIG_ANY,
     MIG_PREFIX,
@@ -551,7 +553,7 @@ def kubernetes_gate(node, pods, expected_resources, facts, plugin_selector_text=
 #: A check skipped inside a passing gate is a note; these prefixes say which check it was.
 SKIP_NOTE_PREFIX = {"gpu_bandwidth": "bandwidth check skipped: "}
 #: The statuses of the check-result contract (module_utils/_common/check_result.py).
-CHECK_STATUSES = ("pass", "fail", "skip", "error")
+CHECK_STATUSES = check_result.STATUSES
 
 
 def gate_from_checks(gate, checks):
@@ -610,8 +612,8 @@ def outcome(decision, owned=True, uncordon_on_pass=True):
 
 
 NO_VERDICT = "no verdict (unreachable or failed)"
-# the preflight role's default preflight_label_key (roles/preflight/defaults/main.yml)
-DEFAULT_LABEL_KEY = "gpu-native.io/preflight"
+# the preflight role's default preflight_label_key (roles/preflight/defaults/main.yml; a unit test keeps them equal)
+DEFAULT_LABEL_KEY = cordon_ownership.JOINED_LABEL
 
 
 def _host_var(facts, key):

@@ -84,3 +84,124 @@ def test_fixed_width_table():
         "gpu-a          pass\n"
         "gpu-long-name")
     assert fixed_width_table([]) == ""
+
+
+# One source per constant (issue 24, 6). Each constant below has one definition; every other file that spells it
+# is listed with what holds it, and is checked to hold the same value: a role default or an internal variable
+# (literals: argument specs need them, and ansible-core reads a role's defaults only from defaults/main.yml), a
+# filter's documentation, a module's DOCUMENTATION (validate-modules checks that against the argument spec) or a
+# role's argument spec (test_role_argument_specs.py checks that against defaults/main.yml). A spelling anywhere
+# else under plugins/, roles/, playbooks/ or tools/ fails: import the constant, or take the role's variable.
+SEARCHED = ("plugins", "roles", "playbooks", "tools")
+ANY_SPEC = "roles/*/meta/argument_specs.yml"
+
+
+def _spelled(value):
+    """A whole spelling of value: not part of a longer key, path or ``key=value`` selector; comments left out."""
+    return re.compile(r"(?<![\w./=-])" + re.escape(value) + r"(?![\w/=.-])")
+
+
+def _default_of(role, name):
+    import yaml
+    with open(os.path.join(REPO, "roles", role, "defaults", "main.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)[name]
+
+
+def known_constants():
+    """(name, value, {file: [variables that must equal or contain it] or None (a documentation default)})."""
+    from ansible_collections.gpu_native.fleet.plugins.plugin_utils import cordon_ownership as co
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.containerd import containerd_config
+    from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import fleet_compliance
+    cordon = "plugins/plugin_utils/cordon_ownership.py"
+    return [
+        ("cordon owner annotation", co.OWNER_ANNOTATION, {
+            cordon: None, "plugins/filter/cordon_decision.yml": ["owner_annotation"],
+            "roles/preflight/defaults/main.yml": ["preflight_cordon_owner_annotation"],
+            "roles/_node_cordon/defaults/main.yml": ["_node_cordon_owner_annotation"]}),
+        ("cordon time annotation", co.TIME_ANNOTATION, {
+            cordon: None, "plugins/filter/cordon_decision.yml": ["time_annotation"],
+            "roles/preflight/defaults/main.yml": ["preflight_cordon_time_annotation"],
+            "roles/_node_cordon/defaults/main.yml": ["_node_cordon_time_annotation"]}),
+        ("cordon run-id annotation", co.RUN_ID_ANNOTATION, {
+            cordon: None, "plugins/filter/cordon_decision.yml": ["run_id_annotation"],
+            "roles/preflight/defaults/main.yml": ["preflight_run_id_annotation"],
+            "roles/_node_cordon/defaults/main.yml": ["_node_cordon_run_id_annotation"]}),
+        ("registration taint", co.REGISTRATION_TAINT_KEY, {
+            cordon: None, "plugins/filter/cordon_decision.yml": ["registration_taint_key"],
+            "plugins/filter/node_joined.yml": ["registration_taint_key"],
+            "roles/preflight/defaults/main.yml": ["preflight_registration_taint_key"],
+            "roles/_node_cordon/defaults/main.yml": ["_node_cordon_registration_taint_key"],
+            "roles/gpu_policies/defaults/main.yml": ["gpu_policies_gpu_taint_keys"]}),
+        ("preflight label (a joined node)", co.JOINED_LABEL, {
+            cordon: None, "plugins/filter/node_joined.yml": ["label_key"],
+            "plugins/filter/preflight_report_html.yml": ["label_key"],
+            "roles/preflight/defaults/main.yml": ["preflight_label_key"]}),
+        ("runtime binary", containerd_config.DEFAULT_BINARY, {
+            "plugins/module_utils/containerd/containerd_config.py": None,
+            "plugins/modules/containerd_runtime.py": None, "plugins/modules/node_compliance.py": None,
+            "roles/compliance/defaults/main.yml": ["compliance_runtime_binary"],
+            "roles/containerd_nvidia/defaults/main.yml": ["containerd_nvidia_binary_path"],
+            "roles/container_toolkit/vars/main.yml": ["__container_toolkit_runtime_binary"]}),
+        ("toolkit config file", fleet_compliance.TOOLKIT_CONFIG, {
+            "plugins/module_utils/spec/fleet_compliance.py": None, "plugins/modules/node_compliance.py": None,
+            "roles/compliance/defaults/main.yml": ["compliance_toolkit_config"],
+            "roles/container_toolkit/vars/main.yml": ["__container_toolkit_config_file"]}),
+        # The readiness textfile: its source is the gpu_readiness role's documented default; the agent's fallback
+        # (a config without the key) and the roles that read the file without running gpu_readiness spell it too.
+        ("readiness textfile folder", _default_of("gpu_readiness", "gpu_readiness_textfile_dir"), {
+            "roles/gpu_readiness/defaults/main.yml": ["gpu_readiness_textfile_dir"],
+            "roles/gpu_readiness/files/gpu_native_readiness_agent.py": None,
+            "roles/compliance/vars/main.yml": ["__compliance_readiness_textfile"],
+            "roles/preflight/defaults/main.yml": ["preflight_metrics_dir"]}),
+        ("readiness textfile name", _default_of("gpu_readiness", "gpu_readiness_metrics_file_name"), {
+            "roles/gpu_readiness/defaults/main.yml": ["gpu_readiness_metrics_file_name"],
+            "roles/gpu_readiness/files/gpu_native_readiness_agent.py": None,
+            "roles/compliance/vars/main.yml": ["__compliance_readiness_textfile"]}),
+    ]
+
+
+def _text_files():
+    for top in SEARCHED:
+        for base, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs[:] = [name for name in dirs if name != "__pycache__"]
+            for name in sorted(files):
+                path = os.path.join(base, name)
+                try:
+                    with open(path, encoding="utf-8") as handle:
+                        yield os.path.relpath(path, REPO), handle.read()
+                except UnicodeDecodeError:
+                    continue
+
+
+def _spellings(value):
+    pattern = _spelled(value)
+    return {path for path, text in _text_files()
+            if any(pattern.search(line) for line in text.splitlines() if not line.lstrip().startswith("#"))}
+
+
+@pytest.mark.parametrize("name,value,holders", known_constants(), ids=[c[0] for c in known_constants()])
+def test_a_constant_is_spelled_only_where_it_is_checked(name, value, holders):
+    import fnmatch
+    stray = sorted(path for path in _spellings(value) - set(holders) if not fnmatch.fnmatch(path, ANY_SPEC))
+    assert stray == [], "%s %r is spelled again in %s: import it or take the role variable" % (name, value, stray)
+
+
+@pytest.mark.parametrize("name,value,holders", known_constants(), ids=[c[0] for c in known_constants()])
+def test_every_holder_of_a_constant_holds_its_value(name, value, holders):
+    import yaml
+    wrong = []
+    for path, variables in sorted(holders.items()):
+        with open(os.path.join(REPO, path), encoding="utf-8") as handle:
+            text = handle.read()
+        if not _spelled(value).search(text):
+            wrong.append("%s does not spell %r" % (path, value))
+            continue
+        data = yaml.safe_load(text) if path.endswith(".yml") else {}
+        if path.startswith("plugins/filter/"):
+            data = {key: option.get("default") for key, option in data["DOCUMENTATION"]["options"].items()}
+        for variable in variables or ():
+            held = data.get(variable)
+            if not (held == value or (isinstance(held, list) and value in held)
+                    or (isinstance(held, str) and re.search(r"default\('%s'\)" % re.escape(value), held))):
+                wrong.append("%s %s is %r, not %r" % (path, variable, held, value))
+    assert wrong == []

@@ -45,3 +45,14 @@ def test_node_joined():
     assert cordon_filters.node_joined(node) is True
     with pytest.raises(AnsibleFilterError, match="node_joined"):
         cordon_filters.node_joined(None)
+
+
+def test_node_joined_reads_null_keys_as_the_defaults():
+    """The upgrade role passes an unset preflight_label_key / preflight_registration_taint_key as null."""
+    tainted = {"metadata": {"name": "n", "labels": {"gpu-native.io/preflight": "passed"}},
+               "spec": {"taints": [{"key": "gpu-native.io/unvalidated", "effect": "NoSchedule"}]}}
+    assert cordon_filters.node_joined(tainted, None, None) is False  # the default taint is checked
+    assert cordon_filters.node_joined(tainted, None, "") is True  # empty still checks no taint
+    other = {"metadata": {"name": "n", "labels": {"example.com/preflight": "passed"}}, "spec": {}}
+    assert cordon_filters.node_joined(other, None, None) is False  # the default label, not any label
+    assert cordon_filters.node_joined(other, "example.com/preflight", None) is True
