@@ -646,17 +646,39 @@ def _report(top, gpus, handle_errors, form, what):
 # ---------------------------------------------------------------------------
 def _strip_doctype(text):
     """Drop the DOCTYPE (never resolved).  Linear: no regex over the document."""
-    if _ENTITY_RE.search(text):
-        raise NvidiaSmiParseError("nvidia-smi XML declares entities; refusing to parse it")
-    match = _DOCTYPE_START_RE.search(text)
-    if match is None:
+    start = _plain_doctype(text)
+    if start == -1:
         return text
-    end = text.find(">", match.end())
+    if start is None:
+        if _ENTITY_RE.search(text):
+            raise NvidiaSmiParseError("nvidia-smi XML declares entities; refusing to parse it")
+        match = _DOCTYPE_START_RE.search(text)
+        if match is None:
+            return text
+        start = match.start()
+    end = text.find(">", start + 9)
     if end < 0:
         raise NvidiaSmiParseError("nvidia-smi XML has an unterminated DOCTYPE")
-    if "[" in text[match.end():end]:
+    if "[" in text[start + 9:end]:
         raise NvidiaSmiParseError("nvidia-smi XML has an internal DTD subset; refusing to parse it")
-    return text[:match.start()] + text[end + 1:]
+    return text[:start] + text[end + 1:]
+
+
+def _plain_doctype(text):
+    """Where the two patterns above would find ``<!DOCTYPE`` (and no ``<!ENTITY``), without compiling them: when
+    every ``<!`` is followed by the upper-case ``DOCTYPE`` as nvidia-smi prints it, or by a character that no
+    case-insensitive D or E matches (a comment's ``-``, a CDATA's ``[``), the first upper-case ``<!DOCTYPE``, or -1
+    when there is none.  None: some ``<!`` needs the patterns' own case-insensitive judgement."""
+    found = -1
+    at = text.find("<!")
+    while at >= 0:
+        if text.startswith("DOCTYPE", at + 2):
+            if found < 0:
+                found = at
+        elif text[at + 2:at + 3] in ("d", "D", "e", "E"):
+            return None
+        at = text.find("<!", at + 2)
+    return found
 
 
 def parse_query_xml(text):
