@@ -39,7 +39,8 @@ def test_the_child_sees_what_popen_gave_it(tmp_path):
     assert out.split()[:2] == [b"True", b"True"] and out.split()[3:] == [b"/dev/null", b"C", b"x", b"True"]
     # the same probe under Popen, as the runner ran it before: the same answers
     popen = subprocess.run([sys.executable, "-I", "-S", "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
-                           env=dict(os.environ, LC_ALL="C", EXTRA="x"), close_fds=True, start_new_session=True)
+                           env=dict(os.environ, LC_ALL="C", EXTRA="x"), close_fds=True, start_new_session=True,
+                           check=True)
     assert popen.stdout.split() == out.split()
 
 
