@@ -33,9 +33,12 @@ __metaclass__ = type
 
 import errno
 import os
-import signal
-import subprocess
 import time
+
+# The signal numbers without importing signal or subprocess: together they cost the readiness agent, which runs
+# every minute on every GPU node, about a seventh of a run (enum conversions, threading, selectors; issue #32).
+# _signal is the interpreter's own C module, loaded at start-up; signal re-exports the same numbers.
+import _signal  # pylint: disable=wrong-import-order
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.text import first_line
@@ -265,14 +268,96 @@ def _read_capped(handle, limit):
     return data[:limit], len(data) > limit
 
 
-def _kill_group(proc):
+def _kill_group(pid):
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, _signal.SIGKILL)
     except OSError:
         try:
-            proc.kill()
+            os.kill(pid, _signal.SIGKILL)
         except OSError:
             pass
+
+
+class _Timeout(Exception):
+    """The process did not exit within the time given to :func:`_wait`."""
+
+
+def _exit_code(status):
+    """``Popen.returncode`` of a ``waitpid`` status: the exit code, or minus the signal that killed the process."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    return status  # pragma: no cover - stopped processes are not reported without WUNTRACED
+
+
+def _wait(pid, timeout):
+    """The exit code of child ``pid``, waiting at most ``timeout`` seconds (None: no limit), as
+    ``subprocess.Popen.wait`` polls (``waitpid(WNOHANG)``, sleeps doubling from 0.5 ms to 50 ms); raises
+    :class:`_Timeout`."""
+    try:
+        if timeout is None:
+            return _exit_code(os.waitpid(pid, 0)[1])
+        end = time.monotonic() + timeout
+        delay = 0.0005
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                return _exit_code(status)
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise _Timeout()
+            delay = min(delay * 2, remaining, 0.05)
+            time.sleep(delay)
+    except ChildProcessError:
+        return 0  # reaped elsewhere: what Popen.wait answers then
+
+
+def _spawn(argv, env, out_fd, err_fd):
+    """Start ``argv`` as ``subprocess.Popen(argv, stdin=DEVNULL, stdout=out_fd, stderr=err_fd, env=env,
+    close_fds=True, start_new_session=True)`` starts it, with ``os.posix_spawn``; return its pid.
+
+    The child gets /dev/null as stdin, the two files as stdout and stderr, no other inherited descriptor, its own
+    session (and so process group), and SIGPIPE and SIGXFSZ at their defaults (Popen's restore_signals).  A binary
+    that cannot be executed raises OSError, as Popen does."""
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
+               (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)]
+    # close_fds: descriptors are created non-inheritable (PEP 446), so only ones made inheritable on purpose
+    # would reach the child; close those
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        try:
+            fd = int(name)
+            if fd > 2 and fd not in (out_fd, err_fd) and os.get_inheritable(fd):
+                actions.append((os.POSIX_SPAWN_CLOSE, fd))
+        except (ValueError, OSError):
+            continue  # the listing's own descriptor, closed by now
+    defaults = tuple(getattr(_signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(_signal, name))
+    program = argv[0]
+    if os.path.sep not in program:
+        # a bare name is looked up as Popen looks it up: in the PATH of the child's environment
+        found = [os.path.join(directory, program) for directory in os.get_exec_path(env)]
+        found = [path for path in found if os.path.isfile(path) and os.access(path, os.X_OK)]
+        if not found:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", program)
+        program = found[0]
+    return os.posix_spawn(program, argv, env, file_actions=actions, setsid=True, setsigdef=defaults)
+
+
+def _popen_run(argv, timeout, env, out_file, err_file):
+    """``(rc, timed_out)`` through subprocess, where os.posix_spawn is missing (not Linux, or an old Python)."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        argv, stdin=subprocess.DEVNULL, stdout=out_file, stderr=err_file, env=env,
+        close_fds=True, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout), False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process in D state
+            pass
+        return None, True
 
 
 def run_process(argv, timeout, env_update=None, max_bytes=None):
@@ -289,20 +374,21 @@ def run_process(argv, timeout, env_update=None, max_bytes=None):
         env.update(env_update)
     started = time.time()
     with temporary_file() as out_file, temporary_file() as err_file:
-        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
-            argv, stdin=subprocess.DEVNULL, stdout=out_file, stderr=err_file, env=env,
-            close_fds=True, start_new_session=True)
-        timed_out = False
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
+        if not hasattr(os, "posix_spawn"):
+            rc, timed_out = _popen_run(argv, timeout, env, out_file, err_file)
+        else:
+            pid = _spawn(list(argv), env, out_file.fileno(), err_file.fileno())
+            timed_out = False
             try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a process in D state
-                pass
-            rc = None
+                rc = _wait(pid, timeout)
+            except _Timeout:
+                timed_out = True
+                _kill_group(pid)
+                try:
+                    _wait(pid, 5)
+                except _Timeout:  # pragma: no cover - a process in D state
+                    pass
+                rc = None
         out, out_cut = _read_capped(out_file, max_bytes)
         err, err_cut = _read_capped(err_file, max_bytes)
     return rc, out, err, timed_out, out_cut or err_cut, time.time() - started

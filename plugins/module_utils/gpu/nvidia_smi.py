@@ -80,7 +80,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-from xml.etree import ElementTree
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.errors import FleetError
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.lazy_regex import lazy_compile
@@ -121,10 +120,15 @@ _CLOCKS_EVENT_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 def _clocks_event_reasons(node):
     """The reasons that read ``Active`` (``idle``, ``hw_slowdown``, ``hw_power_brake_slowdown`` ...), sorted."""
     active = []
-    for path, child in node.walk():
-        section = path.split("/", 1)[0].strip().lower().replace(" ", "_")
-        if section not in CLOCKS_EVENT_SECTIONS or "/" not in path:
-            continue
+    # only the descendants of the GPU's clocks-event section(s), in the order of a walk of the whole GPU
+    for section in node.children:
+        if section.key.strip().lower().replace(" ", "_") in CLOCKS_EVENT_SECTIONS:
+            _clocks_active(section, active)
+    return sorted(active)
+
+
+def _clocks_active(section, active):
+    for _path, child in section.walk():
         if (child.value or "").strip().lower() != "active":
             continue
         name = child.key.strip().lower().replace(" ", "_")
@@ -133,7 +137,6 @@ def _clocks_event_reasons(node):
                 name = name[len(prefix):]
         if name and name not in active and len(active) < 32:
             active.append(name[:64])
-    return sorted(active)
 
 
 def is_health_field(path):
@@ -326,22 +329,89 @@ class _Node(object):
                 stack.append((path + "/", child))
 
 
-def _xml_tree(element):
-    """ElementTree element -> :class:`_Node` (iterative; depth bounded)."""
-    root = _Node(element.tag, None)
-    stack = [(element, root, 0)]
-    while stack:
-        source, node, depth = stack.pop()
-        if depth > MAX_DEPTH:
+class _XmlTree(object):
+    """``nvidia-smi -q -x`` text -> :class:`_Node` tree, with the C expat parser (``xml.parsers.expat``) directly.
+
+    What ``xml.etree.ElementTree.fromstring`` followed by the element walk did, without importing ElementTree
+    (with weakref, contextlib, copy and ElementPath: about 4 % of a readiness-agent run, issue #32) and without
+    building the elements first: tags as ElementTree names them (``{uri}name`` in a namespace), a leaf's text
+    (entity and character references resolved, CDATA included), a section's value None, comments and processing
+    instructions skipped.  A parse error is ElementTree's (expat's message with its line and column, an undefined
+    entity named as ElementTree names it); nesting beyond :data:`MAX_DEPTH` is refused once the whole text parsed,
+    as before."""
+
+    def __init__(self):
+        self.root = None
+        self.stack = []  # open nodes
+        self.texts = []  # character data of the innermost open node
+        self.gpu_ids = []  # the id attribute of each <gpu> under the root (what ElementTree's findall gave)
+        self.skipped = 0  # open elements deeper than MAX_DEPTH allows (not kept)
+        self.too_deep = False
+        self.error = None
+
+    def start(self, tag, attributes):
+        if "}" in tag:
+            tag = "{" + tag
+        stack = self.stack
+        if self.skipped or len(stack) > MAX_DEPTH + 1:
+            self.too_deep = True
+            self.skipped += 1
+            return
+        node = _Node(tag, None)
+        if stack:
+            parent = stack[-1]
+            parent.children.append(node)
+            if len(stack) == 1 and tag == "gpu":
+                self.gpu_ids.append(attributes.get("id"))
+        else:
+            self.root = node
+        stack.append(node)
+        self.texts = []
+
+    def end(self, _tag):
+        if self.skipped:
+            self.skipped -= 1
+            return
+        node = self.stack.pop()
+        if not node.children:
+            node.value = "".join(self.texts)
+        self.texts = []
+
+    def data(self, text):
+        self.texts.append(text)
+
+    def default(self, text):
+        # ElementTree's parser reports an entity it does not know through expat's default handler
+        if text[:1] == "&" and self.error is None:
+            self.error = "undefined entity %s: line %d, column %d" % (
+                text, self.parser.CurrentLineNumber, self.parser.CurrentColumnNumber)
+            raise _UndefinedEntity(self.error)
+
+    def parse(self, text):
+        from xml.parsers import expat  # pylint: disable=import-outside-toplevel
+        self.parser = parser = expat.ParserCreate(None, "}")
+        parser.buffer_text = True
+        parser.StartElementHandler = self.start
+        parser.EndElementHandler = self.end
+        parser.CharacterDataHandler = self.data
+        parser.DefaultHandlerExpand = self.default
+        try:
+            parser.Parse(text, True)
+        except _UndefinedEntity:
+            raise NvidiaSmiParseError("nvidia-smi -q -x output is not valid XML: %s" % self.error)
+        except expat.ExpatError as exc:
+            raise NvidiaSmiParseError("nvidia-smi -q -x output is not valid XML: %s" % exc)
+        finally:
+            parser.StartElementHandler = parser.EndElementHandler = parser.CharacterDataHandler = None
+            parser.DefaultHandlerExpand = None
+            self.parser = None
+        if self.too_deep:
             raise NvidiaSmiParseError("nvidia-smi -q -x output nests deeper than %d levels" % MAX_DEPTH)
-        for child in source:
-            if not isinstance(child.tag, str):
-                continue  # comments, processing instructions
-            sub = _Node(child.tag, None if len(child) else (child.text or ""))
-            node.children.append(sub)
-            if len(child):
-                stack.append((child, sub, depth + 1))
-    return root
+        return self.root
+
+
+class _UndefinedEntity(Exception):
+    """Raised from the expat handler to stop at an unknown entity (the message is in _XmlTree.error)."""
 
 
 def _text_tree(lines):
@@ -576,17 +646,39 @@ def _report(top, gpus, handle_errors, form, what):
 # ---------------------------------------------------------------------------
 def _strip_doctype(text):
     """Drop the DOCTYPE (never resolved).  Linear: no regex over the document."""
-    if _ENTITY_RE.search(text):
-        raise NvidiaSmiParseError("nvidia-smi XML declares entities; refusing to parse it")
-    match = _DOCTYPE_START_RE.search(text)
-    if match is None:
+    start = _plain_doctype(text)
+    if start == -1:
         return text
-    end = text.find(">", match.end())
+    if start is None:
+        if _ENTITY_RE.search(text):
+            raise NvidiaSmiParseError("nvidia-smi XML declares entities; refusing to parse it")
+        match = _DOCTYPE_START_RE.search(text)
+        if match is None:
+            return text
+        start = match.start()
+    end = text.find(">", start + 9)
     if end < 0:
         raise NvidiaSmiParseError("nvidia-smi XML has an unterminated DOCTYPE")
-    if "[" in text[match.end():end]:
+    if "[" in text[start + 9:end]:
         raise NvidiaSmiParseError("nvidia-smi XML has an internal DTD subset; refusing to parse it")
-    return text[:match.start()] + text[end + 1:]
+    return text[:start] + text[end + 1:]
+
+
+def _plain_doctype(text):
+    """Where the two patterns above would find ``<!DOCTYPE`` (and no ``<!ENTITY``), without compiling them: when
+    every ``<!`` is followed by the upper-case ``DOCTYPE`` as nvidia-smi prints it, or by a character that no
+    case-insensitive D or E matches (a comment's ``-``, a CDATA's ``[``), the first upper-case ``<!DOCTYPE``, or -1
+    when there is none.  None: some ``<!`` needs the patterns' own case-insensitive judgement."""
+    found = -1
+    at = text.find("<!")
+    while at >= 0:
+        if text.startswith("DOCTYPE", at + 2):
+            if found < 0:
+                found = at
+        elif text[at + 2:at + 3] in ("d", "D", "e", "E"):
+            return None
+        at = text.find("<!", at + 2)
+    return found
 
 
 def parse_query_xml(text):
@@ -596,19 +688,15 @@ def parse_query_xml(text):
     start = text.find("<")
     if start < 0:
         raise NvidiaSmiParseError("nvidia-smi -q -x output holds no XML: %s" % text.strip().splitlines()[0][:200])
-    try:
-        root = ElementTree.fromstring(_strip_doctype(text[start:]).strip())
-    except ElementTree.ParseError as exc:
-        raise NvidiaSmiParseError("nvidia-smi -q -x output is not valid XML: %s" % exc)
-    if root.tag != "nvidia_smi_log":
+    builder = _XmlTree()
+    tree = builder.parse(_strip_doctype(text[start:]).strip())
+    if tree.key != "nvidia_smi_log":
         raise NvidiaSmiParseError("nvidia-smi -q -x output has root <%s>, expected <nvidia_smi_log>"
-                                  % str(root.tag)[:80])
-    tree = _xml_tree(root)
-    elements = root.findall("gpu")
-    if len(elements) > MAX_GPUS:
-        raise NvidiaSmiParseError("nvidia-smi -q -x output describes %d GPUs, more than %d" % (len(elements), MAX_GPUS))
+                                  % str(tree.key)[:80])
+    ids = builder.gpu_ids
+    if len(ids) > MAX_GPUS:
+        raise NvidiaSmiParseError("nvidia-smi -q -x output describes %d GPUs, more than %d" % (len(ids), MAX_GPUS))
     sections = [c for c in tree.children if c.key == "gpu"]
-    ids = [e.get("id") for e in elements]
     gpus = [_gpu(index, node, _XML, header_bus) for index, (node, header_bus) in enumerate(zip(sections, ids))]
     return _report(tree, gpus, handle_errors, _XML, "nvidia-smi -q -x")
 

@@ -568,7 +568,7 @@ def _records(text, limits):
         # A journal prints each line of a multi-line message with its own prefix:
         # keep "The NVIDIA GPU <bus>" open for its two continuation lines (osapi.c prints
         # exactly three), never for the next message.
-        open_header = 2 if _OPEN_HEADER_RE.search(line) else 0
+        open_header = 2 if "NVRM: The NVIDIA GPU" in line and _OPEN_HEADER_RE.search(line) else 0
     return [(number, timestamp, line) for number, timestamp, line, _count in records]
 
 
