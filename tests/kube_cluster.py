@@ -10,7 +10,10 @@ folder, waits until each one answers its health endpoint, writes an admin kubeco
 - ``ControlPlane(directory).start()`` / ``.stop()`` (also a context manager): what the pytest fixtures in
   ``tests/conftest.py`` use (``kube_cluster`` once per test process, ``kube_namespace`` per test).
 - ``python tests/kube_cluster.py up --dir DIR`` / ``down --dir DIR``: the same control plane left running for
-  manual use (``make kube-up`` / ``make kube-down``); ``up`` prints the admin kubeconfig's path.
+  manual use (``make kube-up`` / ``make kube-down``); ``up`` prints the admin kubeconfig's path.  ``up --seed FILE
+  --job JOB --kubelet-node NAME[:RESOURCE=QUANTITY,...]`` (the Molecule scenarios) also creates the seed's objects,
+  writes the job's kubeconfig and starts ``kubelet`` (``cmd_kubelet``), a background ``KubeletStandin`` for the
+  named nodes that ``down`` stops and that exits by itself when the API is gone.
 
 What is real: the API server with its default admission chain plus NodeRestriction (PodSecurity,
 ValidatingAdmissionPolicy, ServiceAccount, RuntimeClass, DefaultTolerationSeconds, TaintNodesByCondition, ...),
@@ -159,6 +162,13 @@ class _PKI:
         return self._write("sa.key", self._key_pem(key)), self._write("sa.pub", public)
 
 
+class _AttachedCA:  # pylint: disable=too-few-public-methods
+    """The CA of a control plane started by another process: only its certificate's path (what requests need)."""
+
+    def __init__(self, ca_path):
+        self.ca_path = ca_path
+
+
 def kubeconfig_text(server, ca_path, namespace="default", cert=None, token=None, user="admin"):
     """A kubeconfig for `server`: a client certificate (cert=(crt, key), embedded) or a bearer token."""
     def b64(path):
@@ -198,6 +208,22 @@ class ControlPlane:
         self.pki = None
         self.admin_cert = None
         self._ssl = None
+
+    @classmethod
+    def attach(cls, directory):
+        """The control plane that `up` left running in `directory`, to talk to as admin (starts and stops nothing).
+
+        Reads the API's address from state.json and the admin certificate and the CA that `up` wrote there."""
+        directory = os.path.abspath(directory)
+        with open(_state_path(directory), encoding="utf-8") as handle:
+            state = json.load(handle)
+        plane = cls(directory, binaries=directory, die_with_parent=False)
+        plane.url, plane.ports = state["url"], state.get("ports", {})
+        plane.pki = _AttachedCA(os.path.join(directory, "ca.crt"))
+        plane.admin_cert = (os.path.join(directory, "admin.crt"), os.path.join(directory, "admin.key"))
+        plane._ssl = ssl.create_default_context(cafile=plane.pki.ca_path)
+        plane._ssl.load_cert_chain(*plane.admin_cert)
+        return plane
 
     # -- files and processes --
     def _binary(self, name):
@@ -457,7 +483,8 @@ class KubeletStandin:
     kubelet leaves it.  Use as a context manager: the thread stops at exit.
 
     `resources`: {node: {resource: quantity}} that node reports instead of the default capacity (what its device
-    plugin would advertise: 7 GPUs, MIG resources...).  `pod_ip`: the podIP written (a test that serves the pod's
+    plugin would advertise: 7 GPUs, MIG resources...); a quantity None drops that default resource (a node
+    whose device plugin runs the mixed MIG strategy offers no whole nvidia.com/gpu).  `pod_ip`: the podIP written (a test that serves the pod's
     port on 127.0.0.1 passes "127.0.0.1").  `waiting`: {node: (reason, message)}: that node's pods stay Pending
     with every container waiting for that reason (an image that cannot be pulled).  `events`: also write the
     Events a kubelet writes for a pod it starts (Pulling, Pulled, Created, Started) or cannot start (Failed)."""
@@ -507,6 +534,7 @@ class KubeletStandin:
         for node in self.nodes:
             resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(self.gpus)}
             resources.update(self.resources.get(node, {}))
+            resources = {name: value for name, value in resources.items() if value is not None}  # None: not offered
             if heartbeat:
                 self._post_node_status(node, resources, now)
             self._sync_pods(node, now)
@@ -1063,14 +1091,177 @@ def seed(plane, path):
     return len(items)
 
 
+# --- the kubelet stand-in as a background process (for Molecule and the demo: `up --kubelet-node`) ---------------
+KUBELET_STATE_KEY = "kubelet-standin"  # state.json: {"pid", "nodes": {node: resources}}
+KUBELET_PID_FILE = "kubelet-standin.pid"
+KUBELET_LOG = "kubelet-standin.log"
+KUBELET_READY_TIMEOUT = 60  # seconds for the process's first round and the nodes' not-ready taint to go
+API_GONE_SECONDS = 10  # the background stand-in exits once the API has not answered for this long
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# a resource name: an optional DNS-subdomain prefix and a name (k8s.io/apimachinery IsQualifiedName)
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                            r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# a quantity as resource.Quantity parses one (a plain number, a decimal, a binary or a decimal SI suffix)
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_GPU_RESOURCE_PREFIX = "nvidia.com/"
+
+
+def parse_kubelet_node(spec):
+    """`NAME` or `NAME:RESOURCE=QUANTITY,...` (a --kubelet-node argument) -> (name, {resource: quantity}).
+
+    The resources are what that node's device plugin would advertise (capacity = allocatable), over the stand-in's
+    defaults (cpu, memory, pods, 8 nvidia.com/gpu); naming any nvidia.com/ resource replaces the default GPUs, so a
+    MIG node under the mixed strategy offers its MIG resources and no whole nvidia.com/gpu.  ValueError, naming
+    the argument and the fix, for anything else."""
+    if not isinstance(spec, str) or len(spec) > 2000:
+        raise ValueError("--kubelet-node %r: not a string of at most 2000 characters" % (spec,))
+    name, _sep, listed = spec.partition(":")
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise ValueError("--kubelet-node %r: %r is not a node name (a DNS subdomain: lower-case letters, digits, "
+                         "'-' and '.'). Fix: write NAME or NAME:RESOURCE=QUANTITY,..." % (spec, name))
+    resources = {}
+    if _sep:
+        for item in listed.split(","):
+            resource, equals, quantity = item.partition("=")
+            if not equals or not _RESOURCE_NAME.match(resource) or len(resource) > 316:
+                raise ValueError("--kubelet-node %r: %r is not RESOURCE=QUANTITY with a resource name such as "
+                                 "nvidia.com/gpu. Fix: write NAME:RESOURCE=QUANTITY,... (e.g. gpu-1:nvidia.com/gpu=8)"
+                                 % (spec, item))
+            if not _QUANTITY.match(quantity):
+                raise ValueError("--kubelet-node %r: %r is not a quantity for %s. Fix: a number, optionally with a "
+                                 "suffix (m, k, Ki, Mi, Gi, ...), e.g. 8 or 512Gi" % (spec, quantity, resource))
+            if resource in resources:
+                raise ValueError("--kubelet-node %r: %s is named twice. Fix: name each resource once"
+                                 % (spec, resource))
+            resources[resource] = quantity
+    if any(key.startswith(_GPU_RESOURCE_PREFIX) for key in resources):
+        resources.setdefault("nvidia.com/gpu", None)  # not offered unless named
+    return name, resources
+
+
+def _kubelet_pid(directory):
+    """The pid of the background kubelet stand-in of `directory` while it runs (checked by its command line)."""
+    try:
+        with open(os.path.join(directory, KUBELET_PID_FILE), encoding="ascii") as handle:
+            pid = int(handle.read().strip())
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    script = os.path.basename(__file__).encode()
+    if any(arg.endswith(script) for arg in argv) and b"kubelet" in argv and _alive(pid):
+        return pid
+    return None
+
+
+def start_kubelet_standin(plane, directory, nodes, interval=1.0):
+    """Start `kube_cluster.py kubelet` detached (its own session), for `nodes` ({name: resources}); return its pid
+    once it has posted every node's status and the node lifecycle controller has lifted their not-ready taints.
+
+    ControlPlaneError (and the process stopped) when a node is not in the API or the stand-in does not come up."""
+    missing = [name for name in nodes if plane.request("GET", "/api/v1/nodes/" + name)[0] != 200]
+    if missing:
+        raise ControlPlaneError("--kubelet-node: no Node %s in the API. Fix: create the Node first (in the --seed "
+                                "file) or name one that exists" % ", ".join(missing))
+    argv = [sys.executable, os.path.abspath(__file__), "kubelet", "--dir", directory, "--interval", str(interval)]
+    for name, resources in nodes.items():
+        listed = ",".join("%s=%s" % item for item in sorted(resources.items()) if item[1] is not None)
+        argv += ["--node", name + (":" + listed if listed else "")]
+    with open(os.path.join(directory, KUBELET_LOG), "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                                stdin=subprocess.DEVNULL, cwd=directory, start_new_session=True)
+
+    def taints_lifted():
+        if proc.poll() is not None:
+            raise ControlPlaneError("the kubelet stand-in exited with status %s; its log (%s) ends:\n%s" % (
+                proc.returncode, os.path.join(directory, KUBELET_LOG), plane.log_tail("kubelet-standin")))
+        for name in nodes:
+            node = plane.api("GET", "/api/v1/nodes/" + name)
+            ready = [c for c in node.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+            if not ready or ready[0]["status"] != "True" or any(
+                    t["key"] == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints", [])):
+                return False
+        return _kubelet_pid(directory) == proc.pid
+    try:
+        plane.wait_for("the kubelet stand-in's nodes %s to be Ready without the not-ready taint" % ", ".join(nodes),
+                       taints_lifted, timeout=KUBELET_READY_TIMEOUT, interval=0.5)
+    except (AssertionError, ControlPlaneError):
+        _kill_group(proc.pid, proc.wait)
+        raise
+    return proc.pid
+
+
+def stop_kubelet_standin(directory):
+    pid = _kubelet_pid(directory)
+    if pid is not None:
+        _kill_group(pid)
+    return pid
+
+
+def cmd_kubelet(directory, specs, interval=1.0):
+    """The background kubelet stand-in (`up --kubelet-node` starts it): KubeletStandin for the nodes, in this
+    process, until SIGTERM (`down`), until `directory`'s state.json is gone, or until the API has not answered for
+    API_GONE_SECONDS (the control plane was stopped without `down`): it never outlives its control plane."""
+    directory = os.path.abspath(directory)
+    try:
+        nodes = dict(parse_kubelet_node(spec) for spec in specs)
+        plane = ControlPlane.attach(directory)
+    except (ValueError, OSError, KeyError) as exc:
+        print("kubelet-standin: %s" % exc, file=sys.stderr)
+        return 2
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    standin = KubeletStandin(plane, list(nodes), resources=nodes, interval=interval)
+    pid_file = os.path.join(directory, KUBELET_PID_FILE)
+    last_answer = time.monotonic()
+    wrote_pid = False
+    print("kubelet-standin: pid %d, nodes %s, API %s" % (os.getpid(), json.dumps(nodes, sort_keys=True), plane.url),
+          file=sys.stderr, flush=True)
+    while not stopping:
+        if not os.path.exists(_state_path(directory)):
+            print("kubelet-standin: %s is gone (kube-down): exiting" % _state_path(directory), file=sys.stderr)
+            break
+        try:
+            standin.sync()
+            last_answer = time.monotonic()
+            if not wrote_pid:  # `up` waits for this file: written once every node's status was posted
+                with open(pid_file + ".tmp", "w", encoding="ascii") as handle:
+                    handle.write("%d\n" % os.getpid())
+                os.replace(pid_file + ".tmp", pid_file)
+                wrote_pid = True
+        except (urllib.error.URLError, OSError) as exc:  # connection refused: no API server
+            if time.monotonic() - last_answer > API_GONE_SECONDS:
+                print("kubelet-standin: the API at %s has not answered for %d s (%s): exiting"
+                      % (plane.url, API_GONE_SECONDS, exc), file=sys.stderr)
+                break
+        except Exception as exc:  # pylint: disable=broad-except  # one bad answer: log it, try again
+            print("kubelet-standin: %r" % exc, file=sys.stderr, flush=True)
+        time.sleep(interval)
+    try:
+        if _kubelet_pid(directory) == os.getpid():
+            os.unlink(pid_file)
+    except OSError:
+        pass
+    return 0
+
+
 JOB_NAMESPACE = "gpu-native-jobs"  # where `up --job` creates the job's ServiceAccount
 
 
-def cmd_up(directory, seed_file=None, jobs=()):
+def cmd_up(directory, seed_file=None, jobs=(), kubelet_nodes=()):
     directory = os.path.abspath(directory)
+    try:  # every argument is checked before anything starts
+        nodes = dict(parse_kubelet_node(spec) for spec in kubelet_nodes)
+    except ValueError as exc:
+        print("kube-up: %s" % exc, file=sys.stderr)
+        return 2
+    if len(nodes) != len(kubelet_nodes):
+        print("kube-up: --kubelet-node names a node twice. Fix: name each node once", file=sys.stderr)
+        return 2
     if _running_components(directory):
-        if seed_file or jobs:
-            print("kube-up: a control plane already runs in %s; --seed and --job need a fresh one. Fix: run "
+        if seed_file or jobs or nodes:
+            print("kube-up: a control plane already runs in %s; --seed, --job and --kubelet-node need a fresh one. "
+                  "Fix: run "
                   "`down --dir %s` first." % (directory, directory), file=sys.stderr)
             return 1
         print(os.path.join(directory, "admin.kubeconfig"))
@@ -1083,9 +1274,10 @@ def cmd_up(directory, seed_file=None, jobs=()):
     except ControlPlaneError as exc:
         print("kube-up: %s" % exc, file=sys.stderr)
         return 1
+    state = {"version": plane.version, "url": plane.url, "ports": plane.ports,
+             "pids": {name: proc.pid for name, proc in plane.processes.items()}}
     with open(_state_path(directory), "w", encoding="utf-8") as handle:
-        json.dump({"version": plane.version, "url": plane.url, "ports": plane.ports,
-                   "pids": {name: proc.pid for name, proc in plane.processes.items()}}, handle, indent=2)
+        json.dump(state, handle, indent=2)
     try:
         if seed_file:
             print("kube-up: seeded %d objects from %s" % (seed(plane, seed_file), seed_file), file=sys.stderr)
@@ -1095,6 +1287,15 @@ def cmd_up(directory, seed_file=None, jobs=()):
         for job in jobs:
             path = job_kubeconfig(plane, job, os.path.join(directory, "%s.kubeconfig" % job), JOB_NAMESPACE)[0]
             print("kube-up: %s job's kubeconfig (its ClusterRole from rbac/, not admin): %s" % (job, path),
+                  file=sys.stderr)
+        if nodes:
+            state[KUBELET_STATE_KEY] = {"pid": start_kubelet_standin(plane, directory, nodes),
+                                        "nodes": nodes, "log": os.path.join(directory, KUBELET_LOG)}
+            with open(_state_path(directory) + ".tmp", "w", encoding="utf-8") as handle:
+                json.dump(state, handle, indent=2)
+            os.replace(_state_path(directory) + ".tmp", _state_path(directory))
+            print("kube-up: kubelet stand-in (pid %d) posts the status of %s and drives their pods; log %s"
+                  % (state[KUBELET_STATE_KEY]["pid"], ", ".join(nodes), state[KUBELET_STATE_KEY]["log"]),
                   file=sys.stderr)
     except (ControlPlaneError, AssertionError, ValueError, OSError) as exc:
         print("kube-up: %s" % exc, file=sys.stderr)
@@ -1109,6 +1310,8 @@ def cmd_up(directory, seed_file=None, jobs=()):
 
 def cmd_down(directory):
     directory = os.path.abspath(directory)
+    if stop_kubelet_standin(directory) is not None:  # first: it would only see the API go and log errors
+        print("kube-down: stopped the kubelet stand-in of %s" % directory, file=sys.stderr)
     for name in reversed(COMPONENTS):
         pid = _running_components(directory).get(name)
         if pid is not None:
@@ -1121,15 +1324,25 @@ def cmd_down(directory):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("action", choices=("up", "down"))
+    parser.add_argument("action", choices=("up", "down", "kubelet"),
+                        help="kubelet: the background kubelet stand-in that `up --kubelet-node` starts")
     parser.add_argument("--dir", default=os.path.join(REPO_ROOT, ".cache", "kube-up"),
                         help="data folder (default: .cache/kube-up)")
     parser.add_argument("--seed", help="up: create the objects of this YAML List as admin (statuses included)")
     parser.add_argument("--job", action="append", default=[], choices=JOBS,
                         help="up: also write DIR/<job>.kubeconfig, a ServiceAccount token bound to the job's "
                              "ClusterRole from rbac/ (repeatable)")
+    parser.add_argument("--kubelet-node", action="append", default=[], metavar="NAME[:RESOURCE=QUANTITY,...]",
+                        help="up: run a kubelet stand-in in the background (stopped by `down`; it exits when the API "
+                             "goes) that posts this seeded Node's status, advertising the resources given (its "
+                             "device plugin's: e.g. gpu-1:nvidia.com/gpu=8) and drives its pods to Running and "
+                             "Ready (repeatable)")
+    parser.add_argument("--node", action="append", default=[], help="kubelet: a node, as --kubelet-node")
+    parser.add_argument("--interval", type=float, default=1.0, help="kubelet: seconds between two rounds")
     args = parser.parse_args(argv)
-    return cmd_up(args.dir, args.seed, args.job) if args.action == "up" else cmd_down(args.dir)
+    if args.action == "kubelet":
+        return cmd_kubelet(args.dir, args.node, args.interval)
+    return cmd_up(args.dir, args.seed, args.job, args.kubelet_node) if args.action == "up" else cmd_down(args.dir)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 # `make demo-clean` (demo.sh clean) removes it.
 #
 # The fleet is the Molecule scenario molecule/onboard: Debian 12 podman test hosts (the image Molecule uses)
-# act as GPU nodes, and the Kubernetes API stand-in serves their Node objects. The GPUs are SIMULATED from
+# act as GPU nodes; their Node objects live on a real Kubernetes control plane on this machine (upstream etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler: tests/kube_cluster.py), and the onboarding runs with
+# the onboarding job's ServiceAccount token (rbac/onboarding.yml), not as admin. No kubelet runs: a kubelet
+# stand-in posts the nodes' status and the device plugin pods' status through the API. The GPUs are SIMULATED from
 # real captures: tests/standins/nvidia-smi replays nvidia-smi outputs captured on real nodes, and
 # tests/standins/dcgmi replays a DCGM diagnostic. The containerd handler, the readiness agent, the spec,
 # hardware and kubernetes gates and every Kubernetes change run for real; the CUDA and serving gates are
@@ -34,13 +37,16 @@ cat <<'BANNER'
      gpu-h100-02      8x H100, but its driver (565.57.01) drifts from the fleet standard (550.127.08)
      gpu-a100-mig-01  A100 SXM4 80GB with a MIG layout assigned (4x 1g.20gb, device plugin strategy mixed).
                       It is an A100, from a real capture, because no H200 capture exists yet.
-   The Kubernetes API is a stand-in; the nodes registered with the gpu-native.io/unvalidated taint.
+   The Kubernetes control plane is real (upstream etcd, kube-apiserver, controller-manager, scheduler on
+   127.0.0.1); the onboarding runs as its job's ServiceAccount (rbac/onboarding.yml), not as admin. The nodes
+   registered with the gpu-native.io/unvalidated taint; no kubelet runs: a kubelet stand-in posts their status
+   (allocatable from the simulated GPUs) and runs the device plugin DaemonSet's pods, through the API only.
    Gates: spec, hardware (gpu_health + dcgmi), kubernetes run for real; cuda and serving are skipped
    (no CUDA driver and no model server exist without a GPU), and the report says so.
 BANNER
 start=$(date +%s)
 molecule destroy -s onboard >/dev/null 2>&1 || true
-echo "== creating the test hosts and the Kubernetes stand-in (molecule create/prepare -s onboard)"
+echo "== creating the test hosts, the control plane and the kubelet stand-in (molecule create/prepare -s onboard)"
 molecule create -s onboard >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
 molecule prepare -s onboard >>"$log" 2>&1 || { tail -40 "$log"; exit 1; }
 echo "== ansible-playbook gpu_native.fleet.onboard (full log: $log)"
@@ -74,16 +80,17 @@ for number, line in enumerate(lines):
                 print("   %s (%s)" % (counts, msg.get("expected_from")))
                 sys.exit(0)
 PY
-kubeconfig="$repo/.cache/k8s-standin/onboard/kubeconfig"
-echo "== the nodes in the Kubernetes API (stand-in)"
+kubeconfig="$repo/.cache/kube/onboard/onboarding.kubeconfig"
+echo "== the nodes in the Kubernetes API (the real kube-apiserver, read with the onboarding job's token)"
 python3 - "$kubeconfig" <<'PY'
-import json, sys, urllib.request
+import base64, json, ssl, sys, urllib.request
 import yaml
 config = yaml.safe_load(open(sys.argv[1]))
-server = config["clusters"][0]["cluster"]["server"]
+cluster = config["clusters"][0]["cluster"]
 token = config["users"][0]["user"]["token"]
-request = urllib.request.Request(server + "/api/v1/nodes", headers={"Authorization": "Bearer " + token})
-for node in json.load(urllib.request.urlopen(request))["items"]:
+context = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+request = urllib.request.Request(cluster["server"] + "/api/v1/nodes", headers={"Authorization": "Bearer " + token})
+for node in json.load(urllib.request.urlopen(request, context=context))["items"]:
     meta = node["metadata"]
     state = "cordoned" if node["spec"].get("unschedulable") else "schedulable"
     devices = ",".join("%s=%s" % (k[len("nvidia.com/"):], v) for k, v in sorted(node["status"].get("allocatable", {}).items())
