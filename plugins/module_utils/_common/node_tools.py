@@ -278,7 +278,7 @@ def _kill_group(pid):
             pass
 
 
-class _Timeout(Exception):
+class _Timeout(FleetError):
     """The process did not exit within the time given to :func:`_wait`."""
 
 

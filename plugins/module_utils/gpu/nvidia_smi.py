@@ -410,7 +410,7 @@ class _XmlTree(object):
         return self.root
 
 
-class _UndefinedEntity(Exception):
+class _UndefinedEntity(FleetError):
     """Raised from the expat handler to stop at an unknown entity (the message is in _XmlTree.error)."""
 
 
