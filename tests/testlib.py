@@ -7,6 +7,7 @@ imports this module as ``testlib``.  It holds:
 - the repository paths (``REPO_ROOT``, ``FIXTURES``) and the collection link;
 - ``fixture_text``: THE loader of capture files under tests/fixtures/ (drops
   the ``#`` source header through ``# ---- BEGIN VERBATIM ----``);
+- ``modules_loaded_by``: what an import costs, as the module names it loads in a fresh interpreter;
 - ``render_role_template``: a role's template rendered with the role's
   defaults (what the tests of rendered Kubernetes objects read);
 - the Kubernetes API stand-in's server module and ``run_ansible_playbook``
@@ -49,6 +50,17 @@ def link_collection():
     if base not in sys.path:
         sys.path.insert(0, base)
     return base
+
+
+def modules_loaded_by(statements, watched, *argv):
+    """Which of the module names ``watched`` are in ``sys.modules`` after ``statements`` (Python source that may
+    read ``sys.argv[2:]``, which are ``argv``) run in a fresh, isolated interpreter that imports the collection
+    from its link (what a managed node's module or the readiness agent pays for at start-up)."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); %s; print(' '.join(n for n in %r if n in sys.modules))" % (
+        statements, tuple(watched))
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, COLLECTIONS] + list(argv), capture_output=True,
+                            text=True, check=True)
+    return result.stdout.split()
 
 
 def fixture_path(*parts):

@@ -8,6 +8,8 @@ import pytest
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common.node_tools import NodeTools, NodeToolsError
 
+from testlib import modules_loaded_by
+
 
 def _script(tmp_path, name, body):
     path = tmp_path / name
@@ -202,12 +204,6 @@ def test_make_temporary_never_reuses_or_follows_an_existing_name(tmp_path, monke
 
 
 def test_importing_node_tools_does_not_import_tempfile():
-    import subprocess
-    import sys
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools; "
-            "print(' '.join(n for n in ('tempfile', 'shutil', 'random', 'bz2', 'lzma') if n in sys.modules))")
-    collections = os.path.abspath(node_tools.__file__).split(os.sep + "ansible_collections" + os.sep)[0]
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, collections], capture_output=True, text=True,
-                            check=True)
-    assert result.stdout.strip() == ""
+    assert modules_loaded_by(
+        "from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools",
+        ("tempfile", "shutil", "random", "bz2", "lzma")) == []

@@ -13,6 +13,8 @@ import pytest
 
 from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools
 
+from testlib import modules_loaded_by
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "posix_spawn"), reason="os.posix_spawn is the path measured")
 
 
@@ -80,11 +82,6 @@ def test_a_timeout_kills_the_group_and_gives_no_rc(tmp_path):
 
 
 def test_importing_node_tools_loads_neither_subprocess_nor_signal():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools; "
-            "node_tools.run_process(['/bin/true'], 5); "
-            "print(' '.join(n for n in ('subprocess', 'signal', 'threading', 'selectors') if n in sys.modules))")
-    collections = os.path.abspath(node_tools.__file__).split(os.sep + "ansible_collections" + os.sep)[0]
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, collections], capture_output=True, text=True,
-                            check=True)
-    assert result.stdout.strip() == ""
+    assert modules_loaded_by(
+        "from ansible_collections.gpu_native.fleet.plugins.module_utils._common import node_tools; "
+        "node_tools.run_process(['/bin/true'], 5)", ("subprocess", "signal", "threading", "selectors")) == []

@@ -4,8 +4,6 @@
 The reference below is the parser's code before the change (ElementTree.fromstring, then the element walk), kept
 here to compare with on the real and constructed captures and on XML features nvidia-smi does not print."""
 import os
-import subprocess
-import sys
 from xml.etree import ElementTree
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia_smi as smi
 
 from gpu_fixtures import text
+from testlib import modules_loaded_by
 
 FIXTURES = ["01_nvsmi_qx_a100_sxm4_80gb_mig_enabled.xml.txt", "constructed_nvsmi_qx_h100_sxm_x8_healthy.xml.txt",
             "constructed_nvsmi_qx_a40_x8_gpu4_unknown_error.xml.txt"]
@@ -93,13 +92,9 @@ def test_doctype_and_entities_judged_as_the_patterns_judge_them(doc, message):
 
 
 def test_parsing_loads_no_elementtree():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]); "
-            "from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia_smi; "
-            "nvidia_smi.parse_query_xml(open(sys.argv[3]).read()); "
-            "print(' '.join(n for n in ('xml.etree', 'xml.etree.ElementTree', 'weakref') if n in sys.modules))")
-    collections = os.path.abspath(smi.__file__).split(os.sep + "ansible_collections" + os.sep)[0]
     here = os.path.dirname(os.path.abspath(__file__))
     fixture = os.path.join(here, "..", "..", "..", "..", "fixtures", "nvidia", FIXTURES[1])
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, collections, here, fixture], capture_output=True,
-                            text=True, check=True)
-    assert result.stdout.strip() == ""
+    assert modules_loaded_by(
+        "from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia_smi; "
+        "nvidia_smi.parse_query_xml(open(sys.argv[2]).read())", ("xml.etree", "xml.etree.ElementTree", "weakref"),
+        fixture) == []
