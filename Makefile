@@ -31,10 +31,10 @@ test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, th
 	@tests/tools/kube-build-background.sh start
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
-	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
-	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
-	@tests/tools/timed lint $(MAKE) --no-print-directory lint
-	@tests/tools/timed core-range $(MAKE) --no-print-directory core-range
+	@tests/tools/together "tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz" \
+	  "tests/tools/timed sanity $(MAKE) --no-print-directory sanity" \
+	  "tests/tools/timed lint $(MAKE) --no-print-directory lint" \
+	  "tests/tools/timed core-range $(MAKE) --no-print-directory core-range"
 	@tests/tools/timed ee $(MAKE) --no-print-directory ee
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed kube-build tests/tools/kube-build-background.sh wait
@@ -44,9 +44,9 @@ test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, th
 check: venv collection-link ## the fast inner loop, no podman, no control plane: build check, unit, fuzz, sanity, lint (make test adds the ansible-core range)
 	@tests/tools/timed build tests/tools/check-build.sh
 	@tests/tools/timed unit $(MAKE) --no-print-directory unit
-	@tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz
-	@tests/tools/timed sanity $(MAKE) --no-print-directory sanity
-	@tests/tools/timed lint $(MAKE) --no-print-directory lint
+	@tests/tools/together "tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz" \
+	  "tests/tools/timed sanity $(MAKE) --no-print-directory sanity" \
+	  "tests/tools/timed lint $(MAKE) --no-print-directory lint"
 	@tests/tools/timed --summary
 
 core-range: venv collection-link ## sanity (validate-modules, ansible-doc, runtime-metadata, import) and plugin unit tests under ansible-core 2.16, 2.17, 2.18 (cached venvs in .cache/core-range)
@@ -94,7 +94,9 @@ kube-down: venv ## stop the control plane of kube-up and remove its data
 
 collection-link: ## expose the checkout as ansible_collections/gpu_native/fleet
 	@mkdir -p $(COLL_ROOT)/ansible_collections/gpu_native
-	@ln -sfn $(abspath .) $(COLL_ROOT)/ansible_collections/gpu_native/fleet
+	@# left alone when right: suites run together (tests/tools/together) read it while another make re-checks it
+	@test "$$(readlink $(COLL_ROOT)/ansible_collections/gpu_native/fleet)" = "$(abspath .)" \
+	  || ln -sfn $(abspath .) $(COLL_ROOT)/ansible_collections/gpu_native/fleet
 
 unit: venv collection-link ## pytest tests/unit
 	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
