@@ -127,17 +127,18 @@ def progress_lines(out, node):
 
 def test_the_wait_for_the_serving_pod_prints_a_line_per_poll(serving):
     # issue 25, item 11: no kubelet here, so the pod stays Pending; a poll every second, a line per poll, then the
-    # gate fails at preflight_serving_ready_timeout with the pod's own reason, as without the lines
+    # gate fails at preflight_serving_ready_timeout with the pod's own reason, as without the lines. The timeout
+    # leaves room for several polls: on a loaded 2-core machine one poll (two k8s_info runs) took 8 s (CI, stop 39)
     plane, node, namespace, run = serving
-    result = run({"preflight_progress_interval": 1, "preflight_serving_ready_timeout": 8})
+    result = run({"preflight_progress_interval": 1, "preflight_serving_ready_timeout": 24})
     assert result.returncode == 0, result.stdout[-4000:]
     lines = progress_lines(" ".join(result.stdout.split()), node)
     assert len(lines) >= 2, result.stdout[-5000:]
-    assert all(state == "Pending" and total == "8" for state, _elapsed, total in lines), lines
+    assert all(state == "Pending" and total == "24" for state, _elapsed, total in lines), lines
     assert [int(elapsed) for _state, elapsed, _total in lines] == sorted(int(e) for _s, e, _t in lines)
-    assert int(lines[-1][1]) >= 8, lines  # the last line is the one at the timeout
+    assert int(lines[-1][1]) >= 24, lines  # the last line is the one at the timeout
     identity = preflight_serving.serving_pod_identity(node)
-    assert "%s: FAILED (serving=fail): serving: serving pod %s did not become Ready within 8 s" % (
+    assert "%s: FAILED (serving=fail): serving: serving pod %s did not become Ready within 24 s" % (
         node, identity["name"]) in " ".join(result.stdout.split()), result.stdout[-5000:]
 
 
