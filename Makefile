@@ -102,7 +102,7 @@ unit: venv collection-link ## pytest tests/unit
 	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
 
 integration: venv collection-link kube-build ## pytest tests/integration (roles run by ansible-playbook against the stand-ins and the real control plane)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
 
 fuzz: venv collection-link ## pytest tests/fuzz (property-based; FUZZ_EXAMPLES=n for a longer run)
 	$(BIN)/pytest -q tests/fuzz
