@@ -112,7 +112,8 @@ class Connection(PodmanConnection):
         self._target = None
 
     def _nsenter_target(self):
-        """(pid, env) of the container's init, looked up once and cached; None where podman's own commands run."""
+        """(nsenter, pid, env) of the container's init, looked up once and cached; None where podman's own commands
+        run."""
         if self._target is not None:
             return self._target
         nsenter = shutil.which("nsenter")
@@ -134,10 +135,12 @@ class Connection(PodmanConnection):
             if pid <= 0:
                 raise AnsibleConnectionFailure("container %s is not running" % self._container_id)
             cached = {"id": container_id, "pid": pid, "env": json.loads(env), "started": _start_time(pid)}
+            # one temporary file per writer: two forks may look the same container up at once
+            partial = "%s.%d.tmp" % (cache, os.getpid())
             os.makedirs(folder, exist_ok=True)
-            with open(cache + ".tmp", "w", encoding="utf-8") as handle:
+            with open(partial, "w", encoding="utf-8") as handle:
                 json.dump(cached, handle)
-            os.replace(cache + ".tmp", cache)
+            os.replace(partial, cache)
         self._target = (nsenter, cached["pid"], cached["env"])
         return self._target
 
