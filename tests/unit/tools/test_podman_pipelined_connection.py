@@ -48,7 +48,7 @@ def connection(plugin, inspected, answer):
 
 
 def own_answer(env=("container=podman", "GN_MARK=inside")):
-    return 0, ("%s %d %s\n" % ("0123abcd", os.getpid(), json.dumps(list(env)))).encode(), b""
+    return 0, ("%d %s\n" % (os.getpid(), json.dumps(list(env)))).encode(), b""
 
 
 def test_commands_run_through_nsenter_with_the_containers_environment_only(plugin):
@@ -90,7 +90,7 @@ def test_files_go_in_and_come_back_through_nsenter(plugin, tmp_path):
 
 def test_a_stopped_container_or_a_failed_inspect_is_unreachable(plugin):
     with pytest.raises(AnsibleConnectionFailure, match="is not running"):
-        connection(plugin, [], (0, b"0123abcd 0 []\n", b"")).exec_command("true")
+        connection(plugin, [], (0, b"0 []\n", b"")).exec_command("true")
     with pytest.raises(AnsibleConnectionFailure, match="podman inspect gn-test failed: no such container"):
         connection(plugin, [], (125, b"", b"no such container")).exec_command("true")
 

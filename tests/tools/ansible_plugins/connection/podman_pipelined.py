@@ -89,7 +89,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.connection import ensure_connect
 from ansible_collections.containers.podman.plugins.connection.podman import Connection as PodmanConnection
 
-_INSPECT_FORMAT = "{{.Id}} {{.State.Pid}} {{json .Config.Env}}"
+_INSPECT_FORMAT = "{{.State.Pid}} {{json .Config.Env}}"
 
 
 def _start_time(pid):
@@ -130,11 +130,11 @@ class Connection(PodmanConnection):
             rc, out, err = self._podman(["inspect", "--format", _INSPECT_FORMAT])
             if rc != 0:
                 raise AnsibleConnectionFailure("podman inspect %s failed: %s" % (self._container_id, to_native(err)))
-            container_id, pid, env = to_native(out).strip().split(" ", 2)
+            pid, env = to_native(out).strip().split(" ", 1)
             pid = int(pid)
             if pid <= 0:
                 raise AnsibleConnectionFailure("container %s is not running" % self._container_id)
-            cached = {"id": container_id, "pid": pid, "env": json.loads(env), "started": _start_time(pid)}
+            cached = {"pid": pid, "env": json.loads(env), "started": _start_time(pid)}
             # one temporary file per writer: two forks may look the same container up at once
             partial = "%s.%d.tmp" % (cache, os.getpid())
             os.makedirs(folder, exist_ok=True)
