@@ -474,9 +474,11 @@ class ControlPlane:
 class KubeletStandin:
     """What a kubelet would write for `nodes`, and nothing else, through the real API (it answers no request).
 
-    A background thread, every `interval` seconds: the nodes' status (Ready=True with a fresh heartbeat, capacity
-    and allocatable: cpu, memory, pods and `gpus` nvidia.com/gpu), so the node lifecycle controller lifts its
-    not-ready taint and the scheduler may place pods; each pod bound to one of them Running with Ready=True (what
+    A background thread, every `interval` seconds: each node's Lease in kube-node-lease renewed (every 2 s, where
+    a kubelet renews every 10 s) and its status (Ready=True, capacity and allocatable: cpu, memory, pods and `gpus`
+    nvidia.com/gpu) posted when it differs from what was last posted, as a kubelet does since node leases (its
+    nodeStatusReportFrequency is minutes), so the node lifecycle controller lifts its not-ready taint, the
+    scheduler may place pods, and a Node object changes only when something on it does; each pod bound to one of them Running with Ready=True (what
     a PodDisruptionBudget counts as healthy), pods in `pending` (namespace/name) left Pending; and a pod deleted
     gracefully (a deletionTimestamp) removed with gracePeriodSeconds=0, as a kubelet does once the containers
     have stopped (unless `finalize` is false).  A pod that finished (Succeeded, Failed) is left as it is, as a
@@ -504,6 +506,7 @@ class KubeletStandin:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kubelet-standin", daemon=True)
         self._last_heartbeat = -1e9
+        self._posted = {}  # node -> the resources of its last status post
         self._since = self._now()  # Ready since the stand-in started
         self.errors = []
 
@@ -528,7 +531,7 @@ class KubeletStandin:
 
     def sync(self):
         now = self._now()
-        heartbeat = time.monotonic() - self._last_heartbeat >= 2  # a kubelet posts its status every 10 s by default
+        heartbeat = time.monotonic() - self._last_heartbeat >= 2  # a kubelet renews its Lease every 10 s
         if heartbeat:
             self._last_heartbeat = time.monotonic()
         for node in self.nodes:
@@ -536,8 +539,32 @@ class KubeletStandin:
             resources.update(self.resources.get(node, {}))
             resources = {name: value for name, value in resources.items() if value is not None}  # None: not offered
             if heartbeat:
-                self._post_node_status(node, resources, now)
+                self._renew_lease(node)
+            if self._posted.get(node) != resources:
+                # Posting the status on every beat (a fresh lastHeartbeatTime) would change the Node under a
+                # client's read-then-patch, and kubernetes.core would report a second, idempotent patch as a change.
+                if self._post_node_status(node, resources, now):
+                    self._posted[node] = resources
             self._sync_pods(node, now)
+
+    def _renew_lease(self, node):
+        """Renew (or create) the node's Lease, the heartbeat the node lifecycle controller reads."""
+        path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + node
+        renew = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": renew}
+        status, _ = self.plane.request("PATCH", path, {"spec": spec}, content_type="application/merge-patch+json")
+        if status != 404:
+            return
+        # No Lease: a new node, or one deleted and created again (its Lease goes with it): post its status anew.
+        self._posted.pop(node, None)
+        metadata = {"name": node, "namespace": "kube-node-lease"}
+        status, found = self.plane.request("GET", "/api/v1/nodes/" + node)
+        if status == 200:  # owned by the Node, as a kubelet's, so the garbage collector removes it with the node
+            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node,
+                                            "uid": found["metadata"]["uid"]}]
+        self.plane.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                           {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
+                            "spec": spec})
 
     def _post_node_status(self, node, resources, now):
         status = {"status": {
@@ -545,8 +572,9 @@ class KubeletStandin:
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "kubelet stand-in (tests/kube_cluster.py)",
                             "lastHeartbeatTime": now, "lastTransitionTime": self._since}]}}
-        self.plane.request("PATCH", "/api/v1/nodes/%s/status" % node, status,
-                           content_type="application/strategic-merge-patch+json")
+        answer, _ = self.plane.request("PATCH", "/api/v1/nodes/%s/status" % node, status,
+                                       content_type="application/strategic-merge-patch+json")
+        return answer == 200
 
     def _sync_pods(self, node, now):
         status, answer = self.plane.request("GET", "/api/v1/pods?fieldSelector=spec.nodeName%%3D%s" % node)
