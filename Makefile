@@ -30,12 +30,13 @@ help: ## list targets
 test: setup-base ## everything: setup, build check, unit, fuzz, sanity, lint, the ansible-core range, the EE image, molecule, integration (prints each suite's wall time)
 	@tests/tools/kube-build-background.sh start
 	@tests/tools/timed build tests/tools/check-build.sh
-	@tests/tools/timed unit $(MAKE) --no-print-directory unit
+	@# unit, core-range and ee each leave a third to a half of the CPUs idle (deadline tests, pip, podman): together
+	@tests/tools/together "tests/tools/timed unit $(MAKE) --no-print-directory unit" \
+	  "tests/tools/timed core-range $(MAKE) --no-print-directory core-range" \
+	  "tests/tools/timed ee $(MAKE) --no-print-directory ee"
 	@tests/tools/together "tests/tools/timed fuzz $(MAKE) --no-print-directory fuzz" \
 	  "tests/tools/timed sanity $(MAKE) --no-print-directory sanity" \
 	  "tests/tools/timed lint $(MAKE) --no-print-directory lint"
-	@tests/tools/timed core-range $(MAKE) --no-print-directory core-range
-	@tests/tools/timed ee $(MAKE) --no-print-directory ee
 	@tests/tools/timed molecule $(MAKE) --no-print-directory molecule
 	@tests/tools/timed kube-build tests/tools/kube-build-background.sh wait
 	@tests/tools/timed integration $(MAKE) --no-print-directory integration
