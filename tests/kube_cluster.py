@@ -552,7 +552,7 @@ class KubeletStandin:
         path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + node
         renew = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": renew}
-        status, _ = self.plane.request("PATCH", path, {"spec": spec}, content_type="application/merge-patch+json")
+        status = self.plane.request("PATCH", path, {"spec": spec}, content_type="application/merge-patch+json")[0]
         if status != 404:
             return
         # No Lease: a new node, or one deleted and created again (its Lease goes with it): post its status anew.
@@ -572,9 +572,8 @@ class KubeletStandin:
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "kubelet stand-in (tests/kube_cluster.py)",
                             "lastHeartbeatTime": now, "lastTransitionTime": self._since}]}}
-        answer, _ = self.plane.request("PATCH", "/api/v1/nodes/%s/status" % node, status,
-                                       content_type="application/strategic-merge-patch+json")
-        return answer == 200
+        return self.plane.request("PATCH", "/api/v1/nodes/%s/status" % node, status,
+                                  content_type="application/strategic-merge-patch+json")[0] == 200
 
     def _sync_pods(self, node, now):
         status, answer = self.plane.request("GET", "/api/v1/pods?fieldSelector=spec.nodeName%%3D%s" % node)
