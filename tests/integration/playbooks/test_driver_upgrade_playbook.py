@@ -195,6 +195,7 @@ def test_a_failed_node_fails_the_run_after_the_summary(rollout):
     assert result.returncode == 2, result.stdout[-4000:]
     assert "Driver upgrade summary" in result.stdout
     assert "1 node(s) failed the upgrade and stay cordoned: gpu-pdb" in result.stdout
+    assert "(also on the Node, in its gpu-native.io/preflight-reasons annotation)" in result.stdout
 
 
 def test_admin_cordoned_node_is_skipped_and_stays_cordoned(rollout):

@@ -146,6 +146,9 @@ def known_constants():
             "plugins/module_utils/spec/fleet_compliance.py": None, "plugins/modules/node_compliance.py": None,
             "roles/compliance/defaults/main.yml": ["compliance_toolkit_config"],
             "roles/container_toolkit/vars/main.yml": ["__container_toolkit_config_file"]}),
+        ("preflight reasons annotation", _default_of("preflight", "preflight_reasons_annotation"), {
+            "roles/preflight/defaults/main.yml": ["preflight_reasons_annotation"],
+            "roles/upgrade/vars/main.yml": ["__upgrade_reasons_annotation"]}),
         # The readiness textfile: its source is the gpu_readiness role's documented default; the agent's fallback
         # (a config without the key) and the roles that read the file without running gpu_readiness spell it too.
         ("readiness textfile folder", _default_of("gpu_readiness", "gpu_readiness_textfile_dir"), {
