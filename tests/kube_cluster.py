@@ -32,6 +32,7 @@ Standard library plus ``cryptography`` (in the test venv) for the certificates a
 import argparse
 import base64
 import datetime
+import http.client
 import ipaddress
 import json
 import os
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -793,7 +795,7 @@ class NodeHistory:
         self._views = {}
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._response = None
+        self._connection = None
         self._thread = threading.Thread(target=self._watch, name="node-history", daemon=True)
 
     @staticmethod
@@ -810,9 +812,12 @@ class NodeHistory:
 
     def __exit__(self, *exc):
         self._stop.set()
-        if self._response is not None:
+        # Shut the socket down, not close the response: closing it waits for the buffered reader's lock, which the
+        # watch thread holds in a read that only a new event would end (a settled fleet sends none for minutes).
+        sock = self._connection.sock if self._connection is not None else None
+        if sock is not None:
             try:
-                self._response.close()
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
         self._thread.join(timeout=10)
@@ -822,18 +827,22 @@ class NodeHistory:
         for node in listing["items"]:
             if node["metadata"]["name"] in self.nodes:
                 self._record("created", node)
-        url = self.plane.url + "/api/v1/nodes?watch=true&resourceVersion=%s&timeoutSeconds=1800" % \
-            listing["metadata"]["resourceVersion"]
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        path = "/api/v1/nodes?watch=true&resourceVersion=%s&timeoutSeconds=1800" % listing["metadata"]["resourceVersion"]
+        address = urllib.parse.urlsplit(self.plane.url)
+        self._connection = http.client.HTTPSConnection(address.hostname, address.port, timeout=1800,
+                                                       context=self.plane._ssl)  # pylint: disable=protected-access
         try:
-            self._response = urllib.request.urlopen(request, timeout=1800, context=self.plane._ssl)  # pylint: disable=protected-access,consider-using-with
+            self._connection.request("GET", path, headers={"Accept": "application/json"})
+            response = self._connection.getresponse()
+            if response.status != 200:
+                raise OSError("the node watch answered %d: %s" % (response.status, response.read(500)))
         except OSError as exc:
             self.errors.append(repr(exc))
             self._ready.set()
             return
         self._ready.set()
         try:
-            for line in self._response:
+            for line in response:
                 if self._stop.is_set():
                     break
                 event = json.loads(line)

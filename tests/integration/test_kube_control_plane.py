@@ -150,6 +150,23 @@ def test_the_kubelet_standin_renews_a_lease_and_leaves_a_settled_node_unchanged(
         kube_cluster.request("DELETE", "/api/v1/nodes/" + node)
 
 
+def test_a_node_history_of_a_quiet_node_ends_at_once(kube_cluster):
+    """The watch of a node nobody changes sends nothing; leaving the context must not wait for an event (it hung
+    a whole integration run once the kubelet stand-in stopped changing settled nodes)."""
+    node = "quiet-" + secrets.token_hex(3)
+    kube_cluster.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    try:
+        with control_plane.NodeHistory(kube_cluster, [node]) as history:
+            time.sleep(1)
+            started = time.monotonic()
+        assert time.monotonic() - started < 12
+        assert not history._thread.is_alive()  # pylint: disable=protected-access
+        assert history.entries == [{"node": node, "event": "created", "unschedulable": False, "annotations": {}}]
+        assert history.errors == []
+    finally:
+        kube_cluster.request("DELETE", "/api/v1/nodes/" + node)
+
+
 def test_a_validating_admission_policy_whose_cel_does_not_compile_is_refused(kube_cluster):
     name = "broken-cel-" + secrets.token_hex(3)
     code, answer = kube_cluster.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", {
