@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpu_native.fleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Preflight filters: the verdict, the kubernetes gate and the fleet summary (logic in plugin_utils/preflight.py)."""
+"""Preflight filters: the verdict, the kubernetes gate, the fleet summary and the run's failure budget (logic in
+plugin_utils/preflight.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,6 +14,7 @@ import time
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils import preflight
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils.upgrade import UpgradeError
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 
 
@@ -151,6 +153,24 @@ def preflight_summary(rows, hosts=None):
     return preflight.summary_table(to_plain(rows))
 
 
+def preflight_run_budget(hostvars, hosts, max_fail_percentage=100, name="preflight_max_fail_percentage"):
+    """``hostvars | preflight_run_budget(hosts, max_fail_percentage, name)``: the run's failure budget over
+    ``hosts`` (plugin_utils/preflight.py run_budget): who failed, whether the budget is spent, the reason a node
+    left alone reports, and whether (and why) the run fails at its end."""
+    name = str(to_plain(name))[:64]
+    if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("preflight_run_budget: hosts is %s, not a list of host names. Fix: pass "
+                                 "ansible_play_hosts_all or query('inventory_hostnames', pattern)."
+                                 % type(hosts).__name__)
+    if not hasattr(hostvars, "get") or not hasattr(hostvars, "__getitem__"):
+        raise AnsibleFilterError("preflight_run_budget: the input is %s, not hostvars. Fix: hostvars | "
+                                 "gpu_native.fleet.preflight_run_budget(hosts, ...)." % type(hostvars).__name__)
+    try:
+        return preflight.run_budget(hostvars, to_plain(hosts), to_plain(max_fail_percentage), name)
+    except UpgradeError as exc:
+        raise AnsibleFilterError("preflight_run_budget: %s. Fix: set %s to 0-100." % (exc, name))
+
+
 def preflight_pod_problem(pod, timeout_s=None):
     """One line saying why the serving pod is not Ready (phase, waiting containers, unready condition)."""
     return preflight.serving_pod_problem(to_plain(pod) if isinstance(pod, dict) else {}, timeout_s)
@@ -165,4 +185,5 @@ class FilterModule(object):
             "preflight_kubernetes_gate": preflight_kubernetes_gate,
             "preflight_summary": preflight_summary,
             "preflight_pod_problem": preflight_pod_problem,
+            "preflight_run_budget": preflight_run_budget,
         }

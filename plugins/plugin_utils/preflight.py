@@ -24,6 +24,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils._common import ch
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.plain_data import to_plain
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils import device_plugin_config as shared_plugin_config
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils import cordon_ownership
+from ansible_collections.gpu_native.fleet.plugins.plugin_utils import upgrade
 from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu.device_counts import (
     MIG_ANY,
     MIG_PREFIX,
@@ -651,6 +652,68 @@ def summary_rows(hostvars, hosts, detailed=False):
             rows[-1]["results"] = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
             rows[-1]["label_key"] = label_key if isinstance(label_key, str) and label_key else DEFAULT_LABEL_KEY
     return rows
+
+
+#: Outcomes that count against a run's failure budget, and those of them that are no verdict at all.
+FAILED_OUTCOMES = ("cordoned", "error", "unreachable")
+UNJUDGED_OUTCOMES = ("error", "unreachable")
+NOT_RUN = "not_run"
+
+
+def _percent_text(value):
+    """A percentage as the user wrote it: 30, not 30.0."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return str(int(number)) if number.is_integer() else str(number)
+
+
+def run_budget(hostvars, hosts, max_fail_percentage=100, name="preflight_max_fail_percentage"):
+    """The failure budget of a preflight or onboarding run over ``hosts`` (the play's hosts while it runs, the
+    inventory pattern's hosts at the end), from each host's ``preflight_outcome``.
+
+    Returns ``failed`` (cordoned, error or unreachable), ``unjudged`` (error or unreachable: no verdict),
+    ``not_run`` (left alone once the budget was spent), ``spent`` (more than ``max_fail_percentage`` percent of
+    the hosts failed), ``not_run_reason`` (the reason a host left alone reports) and ``end_failed`` /
+    ``end_message`` (whether the run must fail at its end, and the message with the cause and the fix).
+    Raises upgrade.UpgradeError for a percentage that is not 0 to 100.
+    """
+    hosts = [str(host) for host in hosts or []]
+    failed, unjudged, not_run = [], [], []
+    for host in hosts:
+        try:
+            facts = hostvars[host]
+        except (KeyError, TypeError):
+            facts = {}
+        how = _host_var(facts, "preflight_outcome") if hasattr(facts, "get") else None
+        if how in FAILED_OUTCOMES:
+            failed.append(host)
+        if how in UNJUDGED_OUTCOMES:
+            unjudged.append(host)
+        if how == NOT_RUN:
+            not_run.append(host)
+    spent = upgrade.budget_spent(len(failed), len(hosts), max_fail_percentage, name)
+    percent = _percent_text(max_fail_percentage)
+    spent_text = "%d of %d node(s) failed" % (len(failed), len(hosts))
+    message = ""
+    if unjudged:
+        message += "%d node(s) have no verdict: %s (see the summary). " % (len(unjudged), ", ".join(unjudged))
+    if spent:
+        message += "%s, more than %s %s%%%s. " % (
+            spent_text, name, percent, (": %d node(s) not run" % len(not_run)) if not_run else "")
+    end_failed = bool(unjudged) or spent
+    if end_failed:
+        message += "Fix: make the nodes reachable, or see the failed task or the reasons in their lines, and run again."
+    return {
+        "failed": failed,
+        "unjudged": unjudged,
+        "not_run": not_run,
+        "spent": spent,
+        "not_run_reason": "not run: %s (%s), more than %s %s%%" % (spent_text, ", ".join(failed), name, percent),
+        "end_failed": end_failed,
+        "end_message": message,
+    }
 
 
 def summary_table(rows):

@@ -6,7 +6,9 @@
   reader and the integer parser raise nothing but their own errors;
 * any rows (mappings, scalars, lists, nulls in any field): the report filters never raise, every input row gives
   one output row, and a malformed row is an ``error`` for that row only;
-* any gate results: preflight_verdict gives a verdict or its own AnsibleFilterError, never another exception.
+* any gate results: preflight_verdict gives a verdict or its own AnsibleFilterError, never another exception;
+* any hostvars, hosts and percentage: preflight_run_budget counts only the hosts given, fails the run's end exactly
+  when a host has no verdict or the budget is spent, or raises its own AnsibleFilterError.
 
 Inputs are bounded (max_size); no test measures time.
 """
@@ -21,7 +23,8 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.gpu import nvidia
 from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import fleet_compliance as fc
 
 FUZZ_TARGETS = ("node_compliance", "nvidia_driver_info", "compliance_rows", "compliance_summary", "compliance_junit",
-                "compliance_html", "preflight_verdict", "preflight_kubernetes_gate", "preflight_summary")
+                "compliance_html", "preflight_verdict", "preflight_kubernetes_gate", "preflight_summary",
+                "preflight_run_budget")
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
                     st.text(max_size=20), st.sampled_from(["pass", "fail", "error", "skip", "unreachable", "spec"]))
@@ -110,6 +113,24 @@ def test_preflight_gate_and_summary(pods, rows):
 def test_preflight_summary_from_any_hostvars(hostvars, hosts):
     summary = pf.preflight_summary(hostvars, hosts)
     assert len(summary["rows"]) == len(hosts) and len(summary["table"].splitlines()) == len(hosts) + 2
+
+
+OUTCOME_VALUES = st.one_of(VALUES, st.sampled_from(["joined", "cordoned", "error", "unreachable", "not_run"]))
+
+
+@given(st.dictionaries(st.text(max_size=4), st.one_of(VALUES, st.fixed_dictionaries({"preflight_outcome": OUTCOME_VALUES})),
+                       max_size=4),
+       st.one_of(st.lists(st.text(max_size=4), max_size=4), VALUES), st.one_of(VALUES, st.integers(-5, 105)))
+def test_preflight_run_budget_from_any_hostvars(hostvars, hosts, percent):
+    try:
+        budget = pf.preflight_run_budget(hostvars, hosts, percent, "onboard_max_fail_percentage")
+    except AnsibleFilterError as exc:
+        assert "Fix:" in str(exc)
+        return
+    assert set(budget["failed"]) <= set(str(host) for host in hosts)
+    assert set(budget["unjudged"]) <= set(budget["failed"])
+    assert budget["end_failed"] == (bool(budget["unjudged"]) or budget["spent"])
+    assert (budget["end_message"] != "") == budget["end_failed"]
 
 
 @given(st.dictionaries(st.sampled_from(["gpu_health", "dcgm_diag", "gpu_bandwidth"]), VALUES, max_size=3))

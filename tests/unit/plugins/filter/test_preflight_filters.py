@@ -56,3 +56,43 @@ def test_node_joined_reads_null_keys_as_the_defaults():
     other = {"metadata": {"name": "n", "labels": {"example.com/preflight": "passed"}}, "spec": {}}
     assert cordon_filters.node_joined(other, None, None) is False  # the default label, not any label
     assert cordon_filters.node_joined(other, "example.com/preflight", None) is True
+
+
+def _outcomes(**outcomes):
+    """hostvars whose hosts have these preflight_outcome values (None: the host never set one)."""
+    return dict((host, {} if how is None else {"preflight_outcome": how}) for host, how in outcomes.items())
+
+
+def test_the_run_budget_counts_failed_hosts_and_leaves_the_rest_alone_once_spent():
+    hostvars = _outcomes(a="joined", b="cordoned", c=None, d=None)
+    hosts = ["a", "b", "c", "d"]
+    within = pf.preflight_run_budget(hostvars, hosts, 30, "onboard_max_fail_percentage")
+    assert within["failed"] == ["b"] and within["spent"] is False and within["end_failed"] is False
+    assert within["end_message"] == ""
+    spent = pf.preflight_run_budget(hostvars, hosts, 0, "onboard_max_fail_percentage")
+    assert spent["spent"] is True
+    assert spent["not_run_reason"] == "not run: 1 of 4 node(s) failed (b), more than onboard_max_fail_percentage 0%"
+
+
+def test_the_run_ends_failed_when_a_node_has_no_verdict_or_the_budget_was_spent():
+    hostvars = _outcomes(a="error", b="not_run", c="not_run", d="unreachable", e="joined")
+    hosts = ["a", "b", "c", "d", "e"]
+    budget = pf.preflight_run_budget(hostvars, hosts, 25, "preflight_max_fail_percentage")
+    assert budget["unjudged"] == ["a", "d"] and budget["not_run"] == ["b", "c"] and budget["end_failed"] is True
+    assert budget["end_message"] == (
+        "2 node(s) have no verdict: a, d (see the summary). 2 of 5 node(s) failed, more than"
+        " preflight_max_fail_percentage 25%: 2 node(s) not run. Fix: make the nodes reachable, or see the failed"
+        " task or the reasons in their lines, and run again.")
+    # a cordoned node is a verdict: within the budget the run passes, whatever the node's gates said
+    assert pf.preflight_run_budget(_outcomes(a="cordoned", b="joined"), ["a", "b"], 50)["end_failed"] is False
+    # no hosts (an empty pattern): nothing failed, nothing spent
+    assert pf.preflight_run_budget({}, [], 0)["end_failed"] is False
+
+
+def test_the_run_budget_refuses_bad_input_with_the_fix():
+    with pytest.raises(AnsibleFilterError, match=r"onboard_max_fail_percentage is 101.*Fix: set onboard_max_fail_percentage to 0-100"):
+        pf.preflight_run_budget({}, ["a"], 101, "onboard_max_fail_percentage")
+    with pytest.raises(AnsibleFilterError, match="not a list of host names"):
+        pf.preflight_run_budget({}, "a")
+    with pytest.raises(AnsibleFilterError, match="not hostvars"):
+        pf.preflight_run_budget(["a"], ["a"])
