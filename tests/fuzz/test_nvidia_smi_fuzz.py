@@ -92,13 +92,28 @@ def test_real_prefix_then_noise(parser, error, prefix, data):
 
 
 def _best_of(parser, error, data, runs=3):
+    """The least CPU time of ``runs`` parses. CPU time (process_time), not wall time: make test runs fuzz beside
+    sanity and lint on 2 cores, and a wall-clock stall while another suite held the CPU once read as 18x growth
+    (0.035 s, then 0.64 s) in a parse that takes milliseconds."""
     best = None
     for _run in range(runs):
-        started = time.perf_counter()
+        started = time.process_time()
         _parse(parser, error, data)
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
         best = elapsed if best is None else min(best, elapsed)
     return best
+
+
+def _growth(parser, error, small, large, runs=3, tries=3):
+    """``(small_time, large_time, linear)``: 4x the input within 10x the time (or 0.5 s at most). Measured again
+    up to ``tries`` times: a pause of the process (garbage collection, page faults) passes once, while quadratic
+    work fails every time."""
+    for _try in range(tries):
+        small_time = _best_of(parser, error, small, runs)
+        large_time = _best_of(parser, error, large, runs)
+        if large_time <= max(10 * small_time, 0.5):
+            return small_time, large_time, True
+    return small_time, large_time, False
 
 
 @pytest.mark.parametrize("parser, error", PARSERS, ids=PARSER_IDS)
@@ -109,9 +124,8 @@ def test_effort_grows_linearly(parser, error, data):
     repeat = max(1, 200000 // len(data))
     small = data * repeat
     large = data * (repeat * 4)
-    small_time = _best_of(parser, error, small)
-    large_time = _best_of(parser, error, large)
-    assert large_time <= max(10 * small_time, 0.5), (len(small), small_time, large_time)
+    small_time, large_time, linear = _growth(parser, error, small, large)
+    assert linear, (len(small), small_time, large_time)
 
 
 #: (head, repeated unit, tail): each built at n and 4n units.
@@ -134,9 +148,8 @@ def test_known_attacks_are_refused_or_read_linearly(parser, error, head, unit, t
     count = 10000
     small = head + unit * count + tail
     large = head + unit * (count * 4) + tail
-    small_time = _best_of(parser, error, small, runs=2)
-    large_time = _best_of(parser, error, large, runs=2)
-    assert large_time <= max(10 * small_time, 0.5), (small_time, large_time)
+    small_time, large_time, linear = _growth(parser, error, small, large, runs=2)
+    assert linear, (small_time, large_time)
 
 
 # --- the real fixtures keep their answer ---------------------------------------
