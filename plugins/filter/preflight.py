@@ -128,6 +128,16 @@ def preflight_kubernetes_gate(node, pods=None, expected_resources=None, facts=No
     return {"status": status, "reasons": reasons, "details": details}
 
 
+def _check_hostvars_and_hosts(filter_name, hostvars, hosts):
+    """The input of a filter over the fleet: hostvars and a list of host names, or the error with the fix."""
+    if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("%s: hosts is %s, not a list of host names. Fix: pass ansible_play_hosts_all or "
+                                 "query('inventory_hostnames', pattern)." % (filter_name, type(hosts).__name__))
+    if not hasattr(hostvars, "get") or not hasattr(hostvars, "__getitem__"):
+        raise AnsibleFilterError("%s: the input is %s, not hostvars. Fix: hostvars | gpu_native.fleet.%s(hosts, ...)."
+                                 % (filter_name, type(hostvars).__name__, filter_name))
+
+
 def preflight_summary(rows, hosts=None):
     """The fleet summary.
 
@@ -137,13 +147,7 @@ def preflight_summary(rows, hosts=None):
     fixed-width table of ``[{node, gates, verdict, reasons}]``.
     """
     if hosts is not None:
-        if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
-            raise AnsibleFilterError("preflight_summary: hosts is %s, not a list of host names. Fix: pass "
-                                     "ansible_play_hosts_all or query('inventory_hostnames', pattern)."
-                                     % type(hosts).__name__)
-        if not hasattr(rows, "get") or not hasattr(rows, "__getitem__"):
-            raise AnsibleFilterError("preflight_summary: with hosts, the input is hostvars, got %s"
-                                     % type(rows).__name__)
+        _check_hostvars_and_hosts("preflight_summary", rows, hosts)
         detailed = to_plain(preflight.summary_rows(rows, [str(host) for host in hosts], detailed=True))
         built = [dict((key, value) for key, value in row.items() if key not in ("results", "label_key"))
                  for row in detailed]
@@ -158,13 +162,7 @@ def preflight_run_budget(hostvars, hosts, max_fail_percentage=100, name="preflig
     ``hosts`` (plugin_utils/preflight.py run_budget): who failed, whether the budget is spent, the reason a node
     left alone reports, and whether (and why) the run fails at its end."""
     name = str(to_plain(name))[:64]
-    if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError("preflight_run_budget: hosts is %s, not a list of host names. Fix: pass "
-                                 "ansible_play_hosts_all or query('inventory_hostnames', pattern)."
-                                 % type(hosts).__name__)
-    if not hasattr(hostvars, "get") or not hasattr(hostvars, "__getitem__"):
-        raise AnsibleFilterError("preflight_run_budget: the input is %s, not hostvars. Fix: hostvars | "
-                                 "gpu_native.fleet.preflight_run_budget(hosts, ...)." % type(hostvars).__name__)
+    _check_hostvars_and_hosts("preflight_run_budget", hostvars, hosts)
     try:
         return preflight.run_budget(hostvars, to_plain(hosts), to_plain(max_fail_percentage), name)
     except UpgradeError as exc:
