@@ -1,45 +1,63 @@
-"""Verify gpu_native.fleet.mig: the node's MIG state (stand-in GPU) and the Kubernetes API (stand-in) after
-converge (layout balanced applied) and side_effect (layout all-1g.10gb refused by GPU 1)."""
+"""Verify gpu_native.fleet.mig: the node's MIG state (stand-in GPU) and the real Kubernetes API (read as admin, not as
+the job) after converge (layout balanced applied) and side_effect (layout all-1g.10gb refused by GPU 1)."""
 testinfra_hosts = ["podman://gn-mig-node1"]
 
 import json  # noqa: E402
 import os  # noqa: E402
+import sys  # noqa: E402
+import urllib.parse  # noqa: E402
 from datetime import datetime  # noqa: E402
 
 import pytest  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-STANDIN_DIR = os.path.join(REPO, ".cache", "k8s-standin", "mig")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from kube_cluster import ControlPlane  # noqa: E402  # pylint: disable=wrong-import-position
+
+# the scenario's control plane (prepare.yml: tests/kube_cluster.py up) and what the scenario kept there
+KUBE_DIR = os.path.join(REPO, ".cache", "kube", "mig")
+NODE = "gpu-node-1"
 MUTATING = ("-cgi", "-dci", "-dgi", "-mig", "-r")
 
 
-def _objects(plural):
-    with open(os.path.join(STANDIN_DIR, "state.json")) as handle:
-        state = json.load(handle)
-    return [o["object"] for o in state["objects"] if o["plural"] == plural]
+@pytest.fixture(scope="module")
+def api():
+    return ControlPlane.attach(KUBE_DIR)
+
+
+def _kept(name):
+    with open(os.path.join(KUBE_DIR, name)) as handle:
+        return json.load(handle)
 
 
 @pytest.fixture(scope="module")
-def node():
-    return [n for n in _objects("nodes") if n["metadata"]["name"] == "gpu-node-1"][0]
+def node(api):
+    return api.api("GET", "/api/v1/nodes/" + NODE)
+
+
+@pytest.fixture(scope="module")
+def pods(api):
+    return api.api("GET", "/api/v1/pods")["items"]
 
 
 @pytest.fixture(scope="module")
 def converged():
-    with open(os.path.join(STANDIN_DIR, "node-after-converge.json")) as handle:
-        return json.load(handle)
+    return _kept("node-after-converge.json")
 
 
 @pytest.fixture(scope="module")
 def failure():
-    with open(os.path.join(STANDIN_DIR, "side-effect-failure.json")) as handle:
-        return json.load(handle)
+    return _kept("side-effect-failure.json")
 
 
 @pytest.fixture(scope="module")
-def events():
-    items = [e for e in _objects("events") if e["involvedObject"]["name"] == "gpu-node-1"]
-    return sorted(items, key=lambda e: e["eventTime"])
+def events(api):
+    """The role's Events about the node (a real API server keeps those of a cluster-scoped object in `default`; the
+    node lifecycle controller records its own, RegisteredNode..., which are left out)."""
+    selector = urllib.parse.quote("involvedObject.kind=Node,involvedObject.name=" + NODE)
+    items = api.api("GET", "/api/v1/namespaces/default/events?fieldSelector=" + selector)["items"]
+    return sorted((e for e in items if e.get("reportingComponent") == "gpu_native.fleet.mig"),
+                  key=lambda e: e["eventTime"])
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +83,16 @@ def test_converge_applied_balanced_and_handed_the_node_back(converged):
     assert "gpu-native.io/cordoned-by" not in converged["metadata"].get("annotations", {})  # the mark went with the cordon
 
 
-def test_the_drain_evicted_the_workload_but_not_the_daemonset_pod():
-    pods = dict((p["metadata"]["name"], p) for p in _objects("pods"))
-    assert "trainer-7d9f-abcde" not in pods
-    assert "nvidia-device-plugin-x7k2p" in pods
+def test_the_drain_evicted_the_workload_but_not_the_daemonset_pod(pods):
+    before = dict((p["namespace"], p) for p in _kept("pods-before-converge.json")
+                  if p["namespace"] in ("ml", "kube-system"))
+    now = dict((p["metadata"]["uid"], p) for p in pods)
+    assert before["ml"]["uid"] not in now                       # evicted by converge's drain
+    assert before["kube-system"]["uid"] in now                  # a DaemonSet pod: left on the node
+    trainers = [p for p in pods if p["metadata"]["namespace"] == "ml"]
+    # The ReplicaSet's replacement: evicted again by the side effect's drain, it waits while the node is cordoned.
+    assert len(trainers) == 1 and not trainers[0]["spec"].get("nodeName"), trainers
+    assert trainers[0]["status"]["phase"] == "Pending"
 
 
 def _rfc3339(text):
@@ -89,12 +113,12 @@ def test_cordon_pending_and_pause_came_before_the_first_change_and_restore_and_s
     assert "dcgm-exporter" not in paused["message"]  # "false": left alone
 
 
-def test_the_gpu_operator_pods_left_and_came_back(node, calls, failure):
+def test_the_gpu_operator_pods_left_and_came_back(node, pods, calls, failure):
     labels = node["metadata"]["labels"]
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"           # restored, also after the failure
     assert labels["nvidia.com/gpu.deploy.gpu-feature-discovery"] == "true"
     assert labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"          # never touched
-    pods = [p for p in _objects("pods") if p["metadata"]["namespace"] == "gpu-operator"]
+    pods = [p for p in pods if p["metadata"]["namespace"] == "gpu-operator"]
     assert sorted(p["metadata"]["labels"]["app"] for p in pods) == ["gpu-feature-discovery", "nvidia-device-plugin-daemonset"]
     last_change = _mutating(calls)[-1]["time"]
     for pod in pods:  # created again after the last GPU change (the side effect's refused one)
