@@ -59,6 +59,14 @@ SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` 
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT = 90  # seconds per component: a 2-core machine shared with other test runs
 PORT_ATTEMPTS = 3  # starts tried when a port picked as free was taken before the component bound it
+AUDIT_LOG = "audit-nodes.jsonl"  # in the data folder: the API server's audit log of writes to Node objects
+# Every write to a Node object itself (not its status, which kubelets post all the time), with the object the API
+# answered: the record a cluster operator reads to see who cordoned which node when. `NodeHistory.from_audit_log`
+# reads it back for a check that cannot hold a watch open through a whole run (Molecule's verify).
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                "rules": [{"level": "RequestResponse", "verbs": ["create", "update", "patch", "delete"],
+                           "resources": [{"group": "", "resources": ["nodes"]}]},
+                          {"level": "None"}]}
 
 
 class ControlPlaneError(RuntimeError):
@@ -356,7 +364,12 @@ class ControlPlane:
             "--listen-metrics-urls=", "--unsafe-no-fsync", "--log-level=warn"])
         self._wait_healthy("etcd", etcd_url + "/health", lambda body: json.loads(body).get("health") == "true")
 
+        audit_policy = os.path.join(d, "audit-policy.json")  # JSON is YAML: the API server reads it as such
+        with open(audit_policy, "w", encoding="utf-8") as handle:
+            json.dump(AUDIT_POLICY, handle)
         self._spawn("kube-apiserver", [
+            "--audit-policy-file=" + audit_policy, "--audit-log-path=" + os.path.join(d, AUDIT_LOG),
+            "--audit-log-format=json", "--audit-log-mode=blocking",  # written before the request is answered
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=%d" % api_port,
             "--etcd-servers=" + etcd_url,
             "--tls-cert-file=" + serving[0], "--tls-private-key-file=" + serving[1],
@@ -864,6 +877,30 @@ class NodeHistory:
         self._views[name] = view
         self.entries.append({"node": name, "event": event, "unschedulable": view[0], "annotations": view[1]})
 
+    @classmethod
+    def from_audit_log(cls, directory, nodes):
+        """The same entries, read back from the audit log of the control plane in `directory` (`AUDIT_LOG`): each
+        successful write to one of the Nodes `nodes`, with the object the API answered, in etcd's order (the
+        answer's resourceVersion).  Starts nothing; the control plane need not run any more."""
+        history = cls(None, nodes)
+        writes = []
+        with open(os.path.join(directory, AUDIT_LOG), encoding="utf-8") as handle:
+            for line in handle:
+                event = json.loads(line)
+                answer = event.get("responseObject") or {}
+                name = (event.get("objectRef") or {}).get("name") or (answer.get("metadata") or {}).get("name")
+                if event.get("stage") != "ResponseComplete" or name not in history.nodes or \
+                        not 200 <= (event.get("responseStatus") or {}).get("code", 0) < 300:
+                    continue
+                if event["verb"] == "delete":
+                    writes.append((writes[-1][0] if writes else 0, "deleted", {"metadata": {"name": name}}))
+                elif answer.get("kind") == "Node":
+                    writes.append((int(answer["metadata"]["resourceVersion"]),
+                                   "created" if event["verb"] == "create" else "changed", answer))
+        for _version, kind, node in sorted(writes, key=lambda write: write[0]):
+            history._record(kind, node)  # pylint: disable=protected-access
+        return history
+
     def max_cordoned(self, ignore=()):
         """The most nodes unschedulable at the same time (those in `ignore` not counted)."""
         cordoned, most = set(), 0
@@ -1109,7 +1146,8 @@ def _object_path(obj):
 def seed(plane, path):
     """Create, as admin, the objects of the YAML file at `path` (one List document); an object's ``status`` is
     written through its status subresource afterwards, as its controller (a kubelet, for a Node) would: a merge
-    patch, which no resourceVersion guards (the control plane's own controllers change a new Node at once)."""
+    patch, which no resourceVersion guards (the control plane's own controllers change a new Node at once).  After
+    a Namespace the next objects wait for its default ServiceAccount, without which the API refuses its pods."""
     import yaml  # pylint: disable=import-outside-toplevel
     with open(path, encoding="utf-8") as handle:
         document = yaml.safe_load(handle)
@@ -1121,6 +1159,10 @@ def seed(plane, path):
         collection = _object_path(obj)
         status = obj.pop("status", None)
         created = plane.api("POST", collection, obj)
+        if obj.get("kind") == "Namespace":  # the API refuses its pods until its default ServiceAccount exists
+            account = "/api/v1/namespaces/%s/serviceaccounts/default" % created["metadata"]["name"]
+            plane.wait_for("the default ServiceAccount of namespace %s" % created["metadata"]["name"],
+                           lambda path=account: plane.request("GET", path)[0] == 200)
         if status:
             plane.api("PATCH", "%s/%s/status" % (collection, created["metadata"]["name"]), {"status": status},
                       content_type="application/merge-patch+json")

@@ -167,6 +167,43 @@ def test_a_node_history_of_a_quiet_node_ends_at_once(kube_cluster):
         kube_cluster.request("DELETE", "/api/v1/nodes/" + node)
 
 
+def _node_path(name):
+    return "/api/v1/nodes/" + name
+
+
+def test_the_audit_log_of_node_writes_tells_the_same_history_as_a_watch(kube_cluster):
+    """The API server's audit log (what Molecule's verify reads once the run is over) and a watch held through the
+    changes see the same cordons and marks, in the same order; a status post and a refused write leave no entry."""
+    nodes = ["audited-%s-%d" % (secrets.token_hex(3), number) for number in (1, 2)]
+    merge = "application/merge-patch+json"
+    try:
+        with control_plane.NodeHistory(kube_cluster, nodes) as watch:
+            for node in nodes:
+                kube_cluster.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                           "metadata": {"name": node}})
+            kube_cluster.api("PATCH", _node_path(nodes[0]), {"spec": {"unschedulable": True}, "metadata": {
+                "annotations": {"gpu-native.io/cordoned-by": "test"}}}, content_type=merge)
+            kube_cluster.api("PATCH", _node_path(nodes[0]) + "/status", {"status": {"capacity": {"pods": "10"}}},
+                             content_type=merge)
+            assert kube_cluster.request("PATCH", _node_path(nodes[1]), {"spec": {"taints": [{"key": "x"}]}},
+                                        content_type=merge)[0] == 422  # no effect: refused
+            kube_cluster.api("PATCH", _node_path(nodes[0]), {"spec": {"unschedulable": None}, "metadata": {
+                "annotations": {"gpu-native.io/cordoned-by": None}}}, content_type=merge)
+            kube_cluster.api("PATCH", _node_path(nodes[1]), {"spec": {"unschedulable": True}}, content_type=merge)
+            kube_cluster.api("DELETE", _node_path(nodes[1]))
+            kube_cluster.wait_for("the watch to see the deletion", lambda: len(watch.entries) == 6)
+        audited = control_plane.NodeHistory.from_audit_log(kube_cluster.directory, nodes)
+        assert audited.entries == watch.entries
+        assert [(e["node"], e["event"], e["unschedulable"]) for e in audited.entries] == [
+            (nodes[0], "created", False), (nodes[1], "created", False), (nodes[0], "changed", True),
+            (nodes[0], "changed", False), (nodes[1], "changed", True), (nodes[1], "deleted", False)]
+        assert audited.entries[2]["annotations"] == {"gpu-native.io/cordoned-by": "test"}
+        assert audited.max_cordoned() == 1
+    finally:
+        for node in nodes:
+            kube_cluster.request("DELETE", _node_path(node))
+
+
 def test_a_validating_admission_policy_whose_cel_does_not_compile_is_refused(kube_cluster):
     name = "broken-cel-" + secrets.token_hex(3)
     code, answer = kube_cluster.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", {
