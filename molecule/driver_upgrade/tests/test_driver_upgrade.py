@@ -6,12 +6,17 @@ testinfra_hosts = ["podman://gn-upgrade-1", "podman://gn-upgrade-2", "podman://g
 
 import json  # noqa: E402
 import os  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-STANDIN_DIR = os.path.join(REPO, ".cache", "k8s-standin", "driver_upgrade")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from kube_cluster import NodeHistory  # noqa: E402  # pylint: disable=wrong-import-position
+
+# the scenario's real control plane (prepare.yml: tests/kube_cluster.py up); read as admin, not as the job
+KUBE_DIR = os.path.join(REPO, ".cache", "kube", "driver_upgrade")
 EPHEMERAL = os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
 NODES = ["gpu-up-1", "gpu-up-2", "gpu-up-3"]
 PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
@@ -22,7 +27,7 @@ DRIVER_PACKAGES = ["nvidia-driver", "nvidia-kernel-open-dkms", "firmware-nvidia-
 @pytest.fixture(scope="module")
 def core():
     configuration = client.Configuration()
-    config.load_kube_config(config_file=os.path.join(STANDIN_DIR, "kubeconfig"), client_configuration=configuration)
+    config.load_kube_config(config_file=os.path.join(KUBE_DIR, "admin.kubeconfig"), client_configuration=configuration)
     return client.CoreV1Api(client.ApiClient(configuration))
 
 
@@ -46,8 +51,8 @@ def summary(log):
 
 
 def history():
-    with open(os.path.join(STANDIN_DIR, "node-history.jsonl")) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """Each node's cordons and marks, in order, from the API server's audit log of Node writes (all three runs)."""
+    return NodeHistory.from_audit_log(KUBE_DIR, NODES)
 
 
 def test_packages_at_the_new_version_and_held(host):
@@ -58,14 +63,9 @@ def test_packages_at_the_new_version_and_held(host):
 
 
 def test_never_more_than_one_node_cordoned_at_once():
-    cordoned, most, seen = set(), 0, set()
-    for entry in history():
-        (cordoned.add if entry["unschedulable"] else cordoned.discard)(entry["node"])
-        if entry["unschedulable"]:
-            seen.add(entry["node"])
-        most = max(most, len(cordoned))
-    assert seen == set(NODES)
-    assert most == 1
+    record = history()
+    assert {entry["node"] for entry in record.entries if entry["unschedulable"]} == set(NODES)
+    assert record.max_cordoned() == 1
 
 
 def test_the_killed_run_stopped_after_cordoning_the_first_node():
