@@ -30,35 +30,6 @@ def _modules_run_as_on_a_managed_node(request, monkeypatch):
         monkeypatch.setattr(_internal, "is_controller", False)
 
 
-# --- the Kubernetes API stand-in (tests/k8s_standin/server.py) ---------------
-@pytest.fixture
-def standin_factory(tmp_path):
-    """Start stand-ins on free loopback ports; all are stopped at teardown."""
-    started = []
-
-    def _start(seed=None, state_dir=None, **kwargs):
-        state_dir = state_dir or str(tmp_path / ("state%d" % len(started)))
-        os.makedirs(state_dir, exist_ok=True)
-        server = testlib.k8s_standin_server.KubeStandin(state_dir=state_dir, seed=seed, **kwargs).start()
-        started.append(server)
-        return server
-
-    yield _start
-    for server in started:
-        if not server.httpd.stopping:
-            server.stop()
-
-
-@pytest.fixture
-def standin(standin_factory):
-    return standin_factory()
-
-
-@pytest.fixture
-def kubeconfig(standin, tmp_path):
-    return standin.write_kubeconfig(str(tmp_path / "kubeconfig"))
-
-
 # --- the real control plane (tests/kube_cluster.py; binaries from tests/tools/kube-build.sh) ----
 @pytest.fixture(scope="session")
 def kube_cluster():

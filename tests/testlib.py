@@ -10,10 +10,9 @@ imports this module as ``testlib``.  It holds:
 - ``modules_loaded_by``: what an import costs, as the module names it loads in a fresh interpreter;
 - ``render_role_template``: a role's template rendered with the role's
   defaults (what the tests of rendered Kubernetes objects read);
-- the Kubernetes API stand-in's server module and ``run_ansible_playbook``
-  (integration tests only: unit tests run no ansible-playbook).
+- ``run_ansible_playbook`` (integration tests only: unit tests run no
+  ansible-playbook).
 """
-import importlib.util
 import json
 import os
 import subprocess
@@ -88,19 +87,6 @@ def render_role_template(role, template, **overrides):
     env.filters["to_json"] = json.dumps
     with open(os.path.join(role_path, "templates", template)) as handle:
         return yaml.safe_load(env.from_string(handle.read()).render(**variables))
-
-
-def _load_k8s_standin_server():
-    # server.py is a script (tests/k8s_standin/server.py), not a package module: load it once, here.
-    path = os.path.join(REPO_ROOT, "tests", "k8s_standin", "server.py")
-    spec = importlib.util.spec_from_file_location("k8s_standin_server", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-k8s_standin_server = _load_k8s_standin_server()
-K8S_STANDIN_SERVER_PY = os.path.join(REPO_ROOT, "tests", "k8s_standin", "server.py")
 
 
 def ansible_env(kubeconfig_path=None, extra=None):

@@ -1,10 +1,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The DRA claim guardrails (ResourceClaims, ResourceClaimTemplates), evaluated with a real CEL engine
-(cel-expr-python, tests/k8s_standin/server.py: vap_evaluate) in both renderings over the table of
+(cel-expr-python, tests/cel_admission.py: vap_evaluate) in both renderings over the table of
 tests/gpu_policy_cases.py (CLAIM_CASES), the same table tests/integration/plugins/test_dra_gate_real_api.py gives the
 real API server."""
 import copy
-import importlib.util
 import os
 
 import pytest
@@ -14,13 +13,10 @@ from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies impo
     GpuPolicyError,
     render_claim_policy_objects,
 )
+import cel_admission
 from gpu_policy_cases import CLAIM_ADMIN_NAMESPACES, CLAIM_CASES, CLAIM_CLASS_NAMESPACES
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-_SPEC = importlib.util.spec_from_file_location("k8s_standin_server_claims",
-                                               os.path.join(REPO_ROOT, "tests", "k8s_standin", "server.py"))
-STANDIN = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(STANDIN)
 with open(os.path.join(REPO_ROOT, "roles", "gpu_policies", "vars", "main.yml"), encoding="utf-8") as _handle:
     CLAIM_CEL = yaml.safe_load(_handle)["__gpu_policies_claim_cel"]
 
@@ -31,7 +27,7 @@ def render(engine):
 
 
 def decide(spec, obj):
-    applies, failures = STANDIN.vap_evaluate(spec, obj)
+    applies, failures = cel_admission.vap_evaluate(spec, obj)
     return failures[0] if applies and failures else None
 
 

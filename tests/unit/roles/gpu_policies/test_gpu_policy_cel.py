@@ -5,27 +5,23 @@ tests/integration/roles/test_gpu_policies_role.py).
 
 Every rendered expression (match condition, variables, validations, message expressions) of both
 renderings, the ValidatingAdmissionPolicy and the Kyverno ClusterPolicy, is compiled and evaluated
-the way kube-apiserver evaluates a policy (tests/k8s_standin/server.py: vap_evaluate). Each case
+the way kube-apiserver evaluates a policy (tests/cel_admission.py: vap_evaluate). Each case
 asserts allow or deny and the exact message. No ansible-playbook, no network.
 """
 import copy
-import importlib.util
 import os
 
 import pytest
 import yaml
 
 from ansible_collections.gpu_native.fleet.plugins.plugin_utils.gpu_policies import render_policy_objects
+import cel_admission
 from gpu_policy_cases import CASES, GPU1, GPU_TOLERATION, NODE_PRIV, PRIV, container, pod
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE_VARS = os.path.join(REPO_ROOT, "roles", "gpu_policies", "vars", "main.yml")
 ROLE_DEFAULTS = os.path.join(REPO_ROOT, "roles", "gpu_policies", "defaults", "main.yml")
 
-_SPEC = importlib.util.spec_from_file_location("k8s_standin_server_cel",
-                                               os.path.join(REPO_ROOT, "tests", "k8s_standin", "server.py"))
-STANDIN = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(STANDIN)
 
 with open(ROLE_VARS, encoding="utf-8") as _handle:
     CEL_DATA = yaml.safe_load(_handle)["__gpu_policies_cel"]
@@ -54,9 +50,9 @@ def kyverno_as_policy(cluster_policy):
 def decide_vap(objects, obj, namespace_labels=None):
     policy, binding = objects
     labels = dict(namespace_labels or {}, **{"kubernetes.io/metadata.name": obj["metadata"]["namespace"]})
-    if not STANDIN._match_resources(binding["spec"].get("matchResources"), labels, {}, "pods", "CREATE", False):
+    if not cel_admission.match_resources(binding["spec"].get("matchResources"), labels, {}, "pods", "CREATE", False):
         return None
-    applies, failures = STANDIN.vap_evaluate(policy["spec"], obj)
+    applies, failures = cel_admission.vap_evaluate(policy["spec"], obj)
     return failures[0] if applies and failures else None
 
 
@@ -66,7 +62,7 @@ def decide_kyverno(cluster_policy, obj):
         excluded.extend(item["resources"].get("namespaces", []))
     if obj["metadata"]["namespace"] in excluded:
         return None
-    applies, failures = STANDIN.vap_evaluate(kyverno_as_policy(cluster_policy), obj)
+    applies, failures = cel_admission.vap_evaluate(kyverno_as_policy(cluster_policy), obj)
     return failures[0] if applies and failures else None
 
 
@@ -111,18 +107,18 @@ def test_every_expression_compiles_and_evaluates(vap_objects):
     failed = set()
     for obj in (gpu_pod, other_pod):
         activation = {"object": obj, "variables": {}}
-        value, error = STANDIN.cel_evaluate(spec["matchConditions"][0]["expression"], activation)
+        value, error = cel_admission.cel_evaluate(spec["matchConditions"][0]["expression"], activation)
         assert (value, error) == (True, None)
         for variable in spec["variables"]:
-            value, error = STANDIN.cel_evaluate(variable["expression"], activation)
+            value, error = cel_admission.cel_evaluate(variable["expression"], activation)
             assert error is None, (variable["name"], error)
             activation["variables"][variable["name"]] = value
         for validation in spec["validations"]:
-            value, error = STANDIN.cel_evaluate(validation["expression"], activation)
+            value, error = cel_admission.cel_evaluate(validation["expression"], activation)
             assert error is None and isinstance(value, bool), (validation["expression"], error)
             if not value:
                 failed.add(validation["expression"])
-                text, error = STANDIN.cel_evaluate(validation["messageExpression"], activation)
+                text, error = cel_admission.cel_evaluate(validation["messageExpression"], activation)
                 assert error is None and text.startswith(validation["message"] + " ("), (text, error)
     assert [name for name in activation["variables"] if name.startswith("rule_")] == [
         "rule_gpu_no_privileged", "rule_gpu_runtime_class", "rule_gpu_env_without_gpu",
