@@ -61,7 +61,7 @@ START_TIMEOUT = 90  # seconds per component: a 2-core machine shared with other 
 PORT_ATTEMPTS = 3  # starts tried when a port picked as free was taken before the component bound it
 AUDIT_LOG = "audit-nodes.jsonl"  # in the data folder: the API server's audit log of writes to Node objects
 # Every write to a Node object itself (not its status, which kubelets post all the time), with the object the API
-# answered: the record a cluster operator reads to see who cordoned which node when. `NodeHistory.from_audit_log`
+# answered: the record a cluster operator reads to see who cordoned which node when. `NodeWrites.from_audit_log`
 # reads it back for a check that cannot hold a watch open through a whole run (Molecule's verify).
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
                 "rules": [{"level": "RequestResponse", "verbs": ["create", "update", "patch", "delete"],
@@ -795,27 +795,77 @@ class Seed:
             self.plane.request("DELETE", "/api/v1/nodes/" + node)
 
 
-class NodeHistory:
-    """A watch on the Nodes named `nodes`, in a thread, for as long as the context lasts: one entry per creation,
-    deletion, or change of `spec.unschedulable` or of a `gpu-native.io/` annotation (what a cordon and its marks
-    change), as {"node", "event": created|changed|deleted, "unschedulable", "annotations"}, in the API's order.
-    ``entries`` holds them; a watch answer that is not an event is kept in ``errors``."""
+class NodeWrites:
+    """What happened to the Nodes named `nodes`: one entry per creation, deletion, or change of
+    `spec.unschedulable` or of a `gpu-native.io/` annotation (what a cordon and its marks change), as {"node",
+    "event": created|changed|deleted, "unschedulable", "annotations"}, in the API's order, in ``entries``.
+    `from_audit_log` reads them from a control plane's audit log; `NodeHistory` from a live watch."""
 
-    def __init__(self, plane, nodes):
-        import threading  # pylint: disable=import-outside-toplevel
-        self.plane, self.nodes = plane, set(nodes)
-        self.entries, self.errors = [], []
+    def __init__(self, nodes):
+        self.nodes = set(nodes)
+        self.entries = []
         self._views = {}
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._connection = None
-        self._thread = threading.Thread(target=self._watch, name="node-history", daemon=True)
 
     @staticmethod
     def _view(node):
         annotations = {key: value for key, value in sorted((node["metadata"].get("annotations") or {}).items())
                        if key.startswith("gpu-native.io/")}
         return bool(node.get("spec", {}).get("unschedulable")), annotations
+
+    def _record(self, event, node):
+        name = node["metadata"]["name"]
+        view = self._view(node) if event != "deleted" else (False, {})
+        if event == "changed" and self._views.get(name) == view:
+            return
+        self._views[name] = view
+        self.entries.append({"node": name, "event": event, "unschedulable": view[0], "annotations": view[1]})
+
+    @classmethod
+    def from_audit_log(cls, directory, nodes):
+        """The entries read back from the audit log of the control plane in `directory` (`AUDIT_LOG`): each
+        successful write to one of the Nodes `nodes`, with the object the API answered, in etcd's order (the
+        answer's resourceVersion).  Starts nothing; the control plane need not run any more."""
+        history = cls(nodes)
+        writes = []
+        with open(os.path.join(directory, AUDIT_LOG), encoding="utf-8") as handle:
+            for line in handle:
+                event = json.loads(line)
+                answer = event.get("responseObject") or {}
+                name = (event.get("objectRef") or {}).get("name") or (answer.get("metadata") or {}).get("name")
+                if event.get("stage") != "ResponseComplete" or name not in history.nodes or \
+                        not 200 <= (event.get("responseStatus") or {}).get("code", 0) < 300:
+                    continue
+                if event["verb"] == "delete":
+                    writes.append((writes[-1][0] if writes else 0, "deleted", {"metadata": {"name": name}}))
+                elif answer.get("kind") == "Node":
+                    writes.append((int(answer["metadata"]["resourceVersion"]),
+                                   "created" if event["verb"] == "create" else "changed", answer))
+        for _version, kind, node in sorted(writes, key=lambda write: write[0]):
+            history._record(kind, node)  # pylint: disable=protected-access
+        return history
+
+    def max_cordoned(self, ignore=()):
+        """The most nodes unschedulable at the same time (those in `ignore` not counted)."""
+        cordoned, most = set(), 0
+        for entry in self.entries:
+            (cordoned.add if entry["unschedulable"] else cordoned.discard)(entry["node"])
+            most = max(most, len(cordoned - set(ignore)))
+        return most
+
+
+class NodeHistory(NodeWrites):
+    """`NodeWrites` from a watch on the Nodes named `nodes`, in a thread, for as long as the context lasts; a watch
+    answer that is not an event is kept in ``errors``."""
+
+    def __init__(self, plane, nodes):
+        import threading  # pylint: disable=import-outside-toplevel
+        super().__init__(nodes)
+        self.plane = plane
+        self.errors = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._connection = None
+        self._thread = threading.Thread(target=self._watch, name="node-history", daemon=True)
 
     def __enter__(self):
         self._thread.start()
@@ -868,46 +918,6 @@ class NodeHistory:
         except (OSError, ValueError, AttributeError) as exc:  # AttributeError: http.client once closed under it
             if not self._stop.is_set():
                 self.errors.append(repr(exc))
-
-    def _record(self, event, node):
-        name = node["metadata"]["name"]
-        view = self._view(node) if event != "deleted" else (False, {})
-        if event == "changed" and self._views.get(name) == view:
-            return
-        self._views[name] = view
-        self.entries.append({"node": name, "event": event, "unschedulable": view[0], "annotations": view[1]})
-
-    @classmethod
-    def from_audit_log(cls, directory, nodes):
-        """The same entries, read back from the audit log of the control plane in `directory` (`AUDIT_LOG`): each
-        successful write to one of the Nodes `nodes`, with the object the API answered, in etcd's order (the
-        answer's resourceVersion).  Starts nothing; the control plane need not run any more."""
-        history = cls(None, nodes)
-        writes = []
-        with open(os.path.join(directory, AUDIT_LOG), encoding="utf-8") as handle:
-            for line in handle:
-                event = json.loads(line)
-                answer = event.get("responseObject") or {}
-                name = (event.get("objectRef") or {}).get("name") or (answer.get("metadata") or {}).get("name")
-                if event.get("stage") != "ResponseComplete" or name not in history.nodes or \
-                        not 200 <= (event.get("responseStatus") or {}).get("code", 0) < 300:
-                    continue
-                if event["verb"] == "delete":
-                    writes.append((writes[-1][0] if writes else 0, "deleted", {"metadata": {"name": name}}))
-                elif answer.get("kind") == "Node":
-                    writes.append((int(answer["metadata"]["resourceVersion"]),
-                                   "created" if event["verb"] == "create" else "changed", answer))
-        for _version, kind, node in sorted(writes, key=lambda write: write[0]):
-            history._record(kind, node)  # pylint: disable=protected-access
-        return history
-
-    def max_cordoned(self, ignore=()):
-        """The most nodes unschedulable at the same time (those in `ignore` not counted)."""
-        cordoned, most = set(), 0
-        for entry in self.entries:
-            (cordoned.add if entry["unschedulable"] else cordoned.discard)(entry["node"])
-            most = max(most, len(cordoned - set(ignore)))
-        return most
 
 
 # --- an outage in front of the API: a TCP relay, not a model of the API -------------------------------------------

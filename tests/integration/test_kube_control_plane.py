@@ -192,7 +192,7 @@ def test_the_audit_log_of_node_writes_tells_the_same_history_as_a_watch(kube_clu
             kube_cluster.api("PATCH", _node_path(nodes[1]), {"spec": {"unschedulable": True}}, content_type=merge)
             kube_cluster.api("DELETE", _node_path(nodes[1]))
             kube_cluster.wait_for("the watch to see the deletion", lambda: len(watch.entries) == 6)
-        audited = control_plane.NodeHistory.from_audit_log(kube_cluster.directory, nodes)
+        audited = control_plane.NodeWrites.from_audit_log(kube_cluster.directory, nodes)
         assert audited.entries == watch.entries
         assert [(e["node"], e["event"], e["unschedulable"]) for e in audited.entries] == [
             (nodes[0], "created", False), (nodes[1], "created", False), (nodes[0], "changed", True),

@@ -13,7 +13,7 @@ from kubernetes import client, config  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from kube_cluster import NodeHistory  # noqa: E402  # pylint: disable=wrong-import-position
+from kube_cluster import NodeWrites  # noqa: E402  # pylint: disable=wrong-import-position
 
 # the scenario's real control plane (prepare.yml: tests/kube_cluster.py up); read as admin, not as the job
 KUBE_DIR = os.path.join(REPO, ".cache", "kube", "driver_upgrade")
@@ -52,7 +52,7 @@ def summary(log):
 
 def history():
     """Each node's cordons and marks, in order, from the API server's audit log of Node writes (all three runs)."""
-    return NodeHistory.from_audit_log(KUBE_DIR, NODES)
+    return NodeWrites.from_audit_log(KUBE_DIR, NODES)
 
 
 def test_packages_at_the_new_version_and_held(host):
