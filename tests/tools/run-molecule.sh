@@ -6,7 +6,12 @@
 # MOLECULE_JOBS (default 2) scenarios run at a time, longest first (by the
 # warm figure of docs/DEVELOPING.md's time-budget table): a scenario spends
 # much of its time waiting on systemd, apt and polls, which a second one
-# fills.  Each running scenario's output goes to .cache/molecule-logs/<name>.log
+# fills.  At most MOLECULE_CONTROL_PLANES (default 1) of them run a Kubernetes
+# control plane (those whose cleanup is molecule/shared/kube_down.yml): two
+# control planes and their kubelet stand-ins on 2 cores nearly doubled each
+# other's time (driver_upgrade 6m05s alone, 11m10s beside onboard), so a
+# control-plane scenario that would start beside another waits, and a
+# scenario without one takes the slot.  Each running scenario's output goes to .cache/molecule-logs/<name>.log
 # and is printed whole when it ends, so the log reads one scenario at a time.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -24,6 +29,11 @@ export ANSIBLE_HOME="$repo/.cache/ansible-home"
 jobs_max=${MOLECULE_JOBS:-2}
 if ! [[ $jobs_max =~ ^[1-9][0-9]*$ ]]; then
   echo "MOLECULE_JOBS must be a positive integer, not '$jobs_max'" >&2
+  exit 2
+fi
+planes_max=${MOLECULE_CONTROL_PLANES:-1}
+if ! [[ $planes_max =~ ^[1-9][0-9]*$ ]]; then
+  echo "MOLECULE_CONTROL_PLANES must be a positive integer, not '$planes_max'" >&2
   exit 2
 fi
 logs="$repo/.cache/molecule-logs"
@@ -70,7 +80,12 @@ table_seconds() {
 }
 mapfile -t scenarios < <(for s in "${scenarios[@]}"; do printf '%s %s\n' "$(table_seconds "$s")" "$s"; done | sort -rn | cut -d' ' -f2)
 
-declare -A result started slot_of
+declare -A result started slot_of with_plane
+for s in "${scenarios[@]}"; do
+  with_plane[$s]=0
+  if grep -q 'shared/kube_down\.yml' "molecule/$s/molecule.yml" 2>/dev/null; then with_plane[$s]=1; fi
+done
+planes_running=0
 failed=0
 all_start=$(date +%s)
 free_slots=()
@@ -97,17 +112,38 @@ finish() {  # pid rc
   echo "=== end of $s"
   result[$s]="$status $((secs / 60))m$((secs % 60))s"
   free_slots+=("${slot_of[$s]}")
+  planes_running=$((planes_running - with_plane[$s]))
   unset "scenario_of[$pid]"
 }
 
+# The first pending scenario (longest first) that may start now: a control-plane scenario only while fewer than
+# MOLECULE_CONTROL_PLANES run.  Prints its index in `pending`, or nothing.
+next_runnable() {
+  local i
+  for i in "${!pending[@]}"; do
+    if ((with_plane[${pending[$i]}] == 0 || planes_running < planes_max)); then
+      echo "$i"
+      return
+    fi
+  done
+}
+
 declare -A scenario_of
-for s in "${scenarios[@]}"; do
-  while ((${#free_slots[@]} == 0)); do
+pending=("${scenarios[@]}")
+while ((${#pending[@]} > 0)); do
+  index=""
+  if ((${#free_slots[@]} > 0)); then index=$(next_runnable); fi
+  if [[ -z $index ]]; then
+    # No slot free, or only control-plane scenarios left while one runs: wait for a scenario to end.
     wait -n -p done_pid; rc=$?
     finish "$done_pid" "$rc"
-  done
+    continue
+  fi
+  s=${pending[$index]}
+  unset "pending[$index]"; pending=("${pending[@]}")
   slot=${free_slots[0]}; free_slots=("${free_slots[@]:1}")
   slot_of[$s]=$slot; started[$s]=$(date +%s)
+  planes_running=$((planes_running + with_plane[$s]))
   echo "=== start molecule test -s $s (slot $slot) $(date -u +%H:%M:%S)"
   run_one "$s" "$slot" >"$logs/$s.log" 2>&1 &
   scenario_of[$!]=$s
