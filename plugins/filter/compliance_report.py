@@ -5,7 +5,8 @@
 
 ``compliance_rows``: one row per host and check from the registered results;
 ``compliance_summary``: counts per status and per check, failing items per host;
-``compliance_junit``: JUnit XML; ``compliance_html``: a self-contained HTML page (no scripts, a
+``compliance_device_plugin_count``: a node's ``nvidia.com/gpu`` allocatable from its ``k8s_info`` read, for
+``node_compliance``; ``compliance_junit``: JUnit XML; ``compliance_html``: a self-contained HTML page (no scripts, a
 Content-Security-Policy that lets nothing load or run); ``compliance_report_name``: the report name, refused
 unless it is a plain file name. Statuses other than pass, fail, error, unreachable and skip become ``error``
 rows (never compliant).
@@ -101,6 +102,31 @@ def _k8s_row(host, node_name, k8s):
         return _row(host, "kubernetes", "fail", expected, "node %s advertises no nvidia.com/ resource: the NVIDIA "
                     "device plugin is not running or not registered on it" % name)
     return _row(host, "kubernetes", "pass", expected, "allocatable " + ", ".join(gpu[:16]))
+
+
+def compliance_device_plugin_count(k8s_node, absent=None):
+    """The registered ``k8s_info`` read of a node -> its ``nvidia.com/gpu`` allocatable as an int, or ``absent``
+    (the role passes ``omit``: ansible-core before 2.19 templates a None into text, which no int option takes) when
+    it cannot be compared: the read was skipped, failed or found no node, the node advertises no ``nvidia.com/gpu``
+    (a MIG node under the mixed strategy, a DRA node), or the quantity is not a whole number (the API only admits
+    whole extended resources).  Then the module's ``device_plugin_count`` stays unset: the kubernetes row
+    (``compliance_rows``) reports why, and the count is not compared."""
+    if not isinstance(k8s_node, dict) or k8s_node.get("skipped") or k8s_node.get("failed"):
+        return absent
+    resources = k8s_node.get("resources")
+    if not isinstance(resources, list) or not resources or not isinstance(resources[0], dict):
+        return absent
+    status = resources[0].get("status") if isinstance(resources[0].get("status"), dict) else {}
+    allocatable = status.get("allocatable") if isinstance(status.get("allocatable"), dict) else {}
+    quantity = allocatable.get("nvidia.com/gpu")
+    if isinstance(quantity, bool):
+        return absent
+    if isinstance(quantity, int):
+        return quantity if quantity >= 0 else absent
+    # A quantity is text in the API; bounded before int() (a 4,300-digit string would raise, a longer one be slow).
+    if isinstance(quantity, str) and re.fullmatch(r"[0-9]{1,9}", quantity):
+        return int(quantity)
+    return absent
 
 
 def _drift_text(item):
@@ -366,4 +392,5 @@ class FilterModule(object):
             "compliance_junit": compliance_junit,
             "compliance_html": compliance_html,
             "compliance_report_name": compliance_report_name,
+            "compliance_device_plugin_count": compliance_device_plugin_count,
         }

@@ -24,7 +24,7 @@ from ansible_collections.gpu_native.fleet.plugins.module_utils.spec import fleet
 
 FUZZ_TARGETS = ("node_compliance", "nvidia_driver_info", "compliance_rows", "compliance_summary", "compliance_junit",
                 "compliance_html", "preflight_verdict", "preflight_kubernetes_gate", "preflight_summary",
-                "preflight_run_budget")
+                "preflight_run_budget", "compliance_device_plugin_count")
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
                     st.text(max_size=20), st.sampled_from(["pass", "fail", "error", "skip", "unreachable", "spec"]))
@@ -81,6 +81,17 @@ def test_compliance_rows_never_raise(hostvars):
     rows = cr.compliance_rows(hostvars, ["a", "b"])
     assert all(row["status"] in cr.STATUS_ORDER for row in rows)
     cr.compliance_summary(rows)
+
+
+@given(st.one_of(VALUES, st.fixed_dictionaries({}, optional={
+    "skipped": VALUES, "failed": VALUES,
+    "resources": st.one_of(VALUES, st.lists(st.one_of(VALUES, st.fixed_dictionaries({}, optional={
+        "status": st.one_of(VALUES, st.fixed_dictionaries({}, optional={
+            "allocatable": st.one_of(VALUES, st.dictionaries(st.sampled_from(["nvidia.com/gpu", "cpu"]), VALUES,
+                                                             max_size=2))}))})), max_size=2))})))
+def test_the_device_plugin_count_is_a_whole_count_or_none(k8s_node):
+    count = cr.compliance_device_plugin_count(k8s_node)
+    assert count is None or (type(count) is int and count >= 0)  # pylint: disable=unidiomatic-typecheck
 
 
 GATE_RESULT = st.fixed_dictionaries({"gate": st.sampled_from(["spec", "gpu_health", "bogus"]),
