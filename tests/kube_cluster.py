@@ -922,22 +922,25 @@ class NodeHistory(NodeWrites):
 
 # --- an outage in front of the API: a TCP relay, not a model of the API -------------------------------------------
 class OutageRelay:
-    """A TCP relay on 127.0.0.1 in front of the real API server: bytes go through unchanged (TLS included, the
-    server's certificate names 127.0.0.1).  Once the file `trigger` exists the relay closes its listening socket and
-    every connection, so clients get "Connection refused", as when an API server goes away; ``outage_done`` is set
-    then.  ``url`` is the relay's address, for a kubeconfig."""
+    """A TCP relay on `listen_host` (127.0.0.1 unless given) in front of the real API server: bytes go through
+    unchanged (TLS included: a client names 127.0.0.1, which the server's certificate holds, as the TLS server name).
+    Once the file `trigger` exists (never, when it is None) the relay closes its listening socket and every
+    connection, so clients get "Connection refused", as when an API server goes away; ``outage_done`` is set then.
+    ``url`` is the relay's address, for a kubeconfig.  The outage tests use the trigger; `up --node-address` runs
+    one without a trigger, on the address at which the test hosts reach this machine, for their real kubelets."""
 
-    def __init__(self, target_url, trigger):
+    def __init__(self, target_url, trigger, listen_host="127.0.0.1"):
         import threading  # pylint: disable=import-outside-toplevel
         host_port = target_url.split("://", 1)[1]
         self.target = (host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1]))
         self.trigger = trigger
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind((listen_host, 0))
         self.listener.listen(64)
         self.listener.settimeout(0.2)
-        self.url = "https://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.port = self.listener.getsockname()[1]
+        self.url = "https://%s:%d" % (listen_host, self.port)
         self.outage_done = threading.Event()
         self._threading = threading
         self._connections = []
@@ -946,7 +949,7 @@ class OutageRelay:
         self._thread.start()
 
     def _serve(self):
-        while not os.path.exists(self.trigger):
+        while self.trigger is None or not os.path.exists(self.trigger):
             try:
                 client, _addr = self.listener.accept()
             except socket.timeout:
@@ -958,8 +961,8 @@ class OutageRelay:
             except OSError:
                 client.close()
                 continue
-            with self._lock:
-                self._connections += [client, upstream]
+            with self._lock:  # the closed ones go: a relay for kubelets lives as long as its control plane
+                self._connections = [sock for sock in self._connections if sock.fileno() != -1] + [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
                 self._threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
         self.stop()
@@ -979,6 +982,8 @@ class OutageRelay:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        for sock in (source, sink):  # the other direction's thread then ends its recv with an OSError
+            sock.close()
 
     def stop(self):
         self.listener.close()
@@ -1333,13 +1338,125 @@ def cmd_kubelet(directory, specs, interval=1.0):
     return 0
 
 
+# --- real kubelets in the test hosts: a relay to reach the API, and a node's credentials --------------------------
+RELAY_STATE_KEY = "node-relay"  # state.json: {"pid", "address", "port"}
+RELAY_FILE = "node-relay.json"  # written by the relay process once it listens: {"pid", "port"}
+RELAY_LOG = "node-relay.log"
+
+
+def kubelet_kubeconfig_path(directory, node):
+    return os.path.join(directory, "kubelet-%s.kubeconfig" % node)
+
+
+def _relay_pid(directory):
+    """The pid of the background node relay of `directory` while it runs (checked by its command line)."""
+    try:
+        with open(os.path.join(directory, RELAY_FILE), encoding="utf-8") as handle:
+            pid = int(json.load(handle)["pid"])
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    script = os.path.basename(__file__).encode()
+    if any(arg.endswith(script) for arg in argv) and b"relay" in argv and _alive(pid):
+        return pid
+    return None
+
+
+def start_node_relay(plane, directory, address):
+    """Start `kube_cluster.py relay` detached: an `OutageRelay` without trigger on `address` (the address at which
+    the test hosts reach this machine: their podman network's gateway) in front of the API server, which itself
+    listens on 127.0.0.1 only.  Returns (pid, port) once it listens; ControlPlaneError when it does not."""
+    argv = [sys.executable, os.path.abspath(__file__), "relay", "--dir", directory, "--node-address", address]
+    with open(os.path.join(directory, RELAY_LOG), "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                                stdin=subprocess.DEVNULL, cwd=directory, start_new_session=True)
+
+    def listening():
+        if proc.poll() is not None:
+            raise ControlPlaneError("the node relay on %s exited with status %s; its log (%s) ends:\n%s. Fix: give "
+                                    "--node-address an address of this machine (the test hosts' gateway)" % (
+                                        address, proc.returncode, os.path.join(directory, RELAY_LOG),
+                                        plane.log_tail("node-relay")))
+        return _relay_pid(directory) == proc.pid
+    try:
+        plane.wait_for("the node relay on %s to listen" % address, listening, timeout=30, interval=0.2)
+    except (AssertionError, ControlPlaneError):
+        _kill_group(proc.pid, proc.wait)
+        raise
+    with open(os.path.join(directory, RELAY_FILE), encoding="utf-8") as handle:
+        return proc.pid, int(json.load(handle)["port"])
+
+
+def stop_node_relay(directory):
+    pid = _relay_pid(directory)
+    if pid is not None:
+        _kill_group(pid)
+    return pid
+
+
+def cmd_relay(directory, address):
+    """The background node relay (`up --node-address` starts it), until SIGTERM (`down`), until `directory`'s
+    state.json is gone, or until the API server's port has refused connections for API_GONE_SECONDS."""
+    directory = os.path.abspath(directory)
+    try:
+        plane = ControlPlane.attach(directory)
+        relay = OutageRelay(plane.url, None, listen_host=address)
+    except (OSError, KeyError, ValueError) as exc:
+        print("node-relay: %s" % exc, file=sys.stderr)
+        return 2
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    with open(os.path.join(directory, RELAY_FILE + ".tmp"), "w", encoding="utf-8") as handle:
+        json.dump({"pid": os.getpid(), "port": relay.port}, handle)
+    os.replace(os.path.join(directory, RELAY_FILE + ".tmp"), os.path.join(directory, RELAY_FILE))
+    print("node-relay: pid %d, %s -> %s" % (os.getpid(), relay.url, plane.url), file=sys.stderr, flush=True)
+    last_answer = time.monotonic()
+    while not stopping and os.path.exists(_state_path(directory)):
+        try:
+            socket.create_connection(relay.target, timeout=2).close()
+            last_answer = time.monotonic()
+        except OSError:
+            if time.monotonic() - last_answer > API_GONE_SECONDS:
+                print("node-relay: the API server's port has refused connections for %d s: exiting"
+                      % API_GONE_SECONDS, file=sys.stderr)
+                break
+        time.sleep(1)
+    relay.stop()
+    return 0
+
+
+def write_kubelet_kubeconfig(plane, directory, node, relay_url):
+    """DIR/kubelet-<node>.kubeconfig for a real kubelet in a test host: a client certificate of the control plane's
+    CA for system:node:<node> in system:nodes (so the Node authorizer and NodeRestriction judge it as that node,
+    as for a kubelet that joined with kubeadm), the relay's address as the server, and 127.0.0.1 as the TLS server
+    name (the name the API server's certificate holds)."""
+    cert = plane.pki.issue("kubelet-" + node, "system:node:" + node, organizations=("system:nodes",))
+    config = json.loads(kubeconfig_text(relay_url, plane.pki.ca_path, cert=cert, user="system:node:" + node))
+    config["clusters"][0]["cluster"]["tls-server-name"] = "127.0.0.1"
+    path = kubelet_kubeconfig_path(directory, node)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2)
+    os.chmod(path, 0o600)
+    return path
+
+
 JOB_NAMESPACE = "gpu-native-jobs"  # where `up --job` creates the job's ServiceAccount
 
 
-def cmd_up(directory, seed_file=None, jobs=(), kubelet_nodes=()):
+def cmd_up(directory, seed_file=None, jobs=(), kubelet_nodes=(), node_address=None, kubelets=()):
     directory = os.path.abspath(directory)
     try:  # every argument is checked before anything starts
         nodes = dict(parse_kubelet_node(spec) for spec in kubelet_nodes)
+        for name in kubelets:
+            if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+                raise ValueError("--kubelet %r is not a node name (a DNS subdomain: lower-case letters, digits, '-' "
+                                 "and '.')" % (name,))
+        if kubelets and not node_address:
+            raise ValueError("--kubelet needs --node-address: the address at which the test hosts reach this "
+                             "machine (their podman network's gateway)")
+        if node_address:
+            ipaddress.ip_address(node_address)
     except ValueError as exc:
         print("kube-up: %s" % exc, file=sys.stderr)
         return 2
@@ -1347,8 +1464,9 @@ def cmd_up(directory, seed_file=None, jobs=(), kubelet_nodes=()):
         print("kube-up: --kubelet-node names a node twice. Fix: name each node once", file=sys.stderr)
         return 2
     if _running_components(directory):
-        if seed_file or jobs or nodes:
-            print("kube-up: a control plane already runs in %s; --seed, --job and --kubelet-node need a fresh one. "
+        if seed_file or jobs or nodes or node_address:
+            print("kube-up: a control plane already runs in %s; --seed, --job, --kubelet-node and --node-address "
+                  "need a fresh one. "
                   "Fix: run "
                   "`down --dir %s` first." % (directory, directory), file=sys.stderr)
             return 1
@@ -1376,12 +1494,20 @@ def cmd_up(directory, seed_file=None, jobs=(), kubelet_nodes=()):
             path = job_kubeconfig(plane, job, os.path.join(directory, "%s.kubeconfig" % job), JOB_NAMESPACE)[0]
             print("kube-up: %s job's kubeconfig (its ClusterRole from rbac/, not admin): %s" % (job, path),
                   file=sys.stderr)
+        if node_address:
+            pid, port = start_node_relay(plane, directory, node_address)
+            state[RELAY_STATE_KEY] = {"pid": pid, "address": node_address, "port": port}
+            _write_state(directory, state)
+            relay_url = "https://%s:%d" % (node_address, port)
+            print("kube-up: node relay (pid %d) at %s for the test hosts' kubelets" % (pid, relay_url),
+                  file=sys.stderr)
+            for name in kubelets:
+                print("kube-up: kubelet %s's kubeconfig (system:node:%s): %s"
+                      % (name, name, write_kubelet_kubeconfig(plane, directory, name, relay_url)), file=sys.stderr)
         if nodes:
             state[KUBELET_STATE_KEY] = {"pid": start_kubelet_standin(plane, directory, nodes),
                                         "nodes": nodes, "log": os.path.join(directory, KUBELET_LOG)}
-            with open(_state_path(directory) + ".tmp", "w", encoding="utf-8") as handle:
-                json.dump(state, handle, indent=2)
-            os.replace(_state_path(directory) + ".tmp", _state_path(directory))
+            _write_state(directory, state)
             print("kube-up: kubelet stand-in (pid %d) posts the status of %s and drives their pods; log %s"
                   % (state[KUBELET_STATE_KEY]["pid"], ", ".join(nodes), state[KUBELET_STATE_KEY]["log"]),
                   file=sys.stderr)
@@ -1396,10 +1522,18 @@ def cmd_up(directory, seed_file=None, jobs=(), kubelet_nodes=()):
     return 0
 
 
+def _write_state(directory, state):
+    with open(_state_path(directory) + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=2)
+    os.replace(_state_path(directory) + ".tmp", _state_path(directory))
+
+
 def cmd_down(directory):
     directory = os.path.abspath(directory)
     if stop_kubelet_standin(directory) is not None:  # first: it would only see the API go and log errors
         print("kube-down: stopped the kubelet stand-in of %s" % directory, file=sys.stderr)
+    if stop_node_relay(directory) is not None:
+        print("kube-down: stopped the node relay of %s" % directory, file=sys.stderr)
     for name in reversed(COMPONENTS):
         pid = _running_components(directory).get(name)
         if pid is not None:
@@ -1412,8 +1546,9 @@ def cmd_down(directory):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("action", choices=("up", "down", "kubelet"),
-                        help="kubelet: the background kubelet stand-in that `up --kubelet-node` starts")
+    parser.add_argument("action", choices=("up", "down", "kubelet", "relay"),
+                        help="kubelet: the background kubelet stand-in that `up --kubelet-node` starts; relay: the "
+                             "background node relay that `up --node-address` starts")
     parser.add_argument("--dir", default=os.path.join(REPO_ROOT, ".cache", "kube-up"),
                         help="data folder (default: .cache/kube-up)")
     parser.add_argument("--seed", help="up: create the objects of this YAML List as admin (statuses included)")
@@ -1425,12 +1560,23 @@ def main(argv=None):
                              "goes) that posts this seeded Node's status, advertising the resources given (its "
                              "device plugin's: e.g. gpu-1:nvidia.com/gpu=8) and drives its pods to Running and "
                              "Ready (repeatable)")
+    parser.add_argument("--node-address", metavar="ADDRESS",
+                        help="up, relay: relay the API (which listens on 127.0.0.1 only) on this address of this "
+                             "machine, the one the test hosts reach it at (their podman network's gateway), for real "
+                             "kubelets in them (stopped by `down`)")
+    parser.add_argument("--kubelet", action="append", default=[], metavar="NAME",
+                        help="up (with --node-address): write DIR/kubelet-NAME.kubeconfig, the credentials of a real "
+                             "kubelet for node NAME (system:node:NAME), through the relay (repeatable)")
     parser.add_argument("--node", action="append", default=[], help="kubelet: a node, as --kubelet-node")
     parser.add_argument("--interval", type=float, default=1.0, help="kubelet: seconds between two rounds")
     args = parser.parse_args(argv)
     if args.action == "kubelet":
         return cmd_kubelet(args.dir, args.node, args.interval)
-    return cmd_up(args.dir, args.seed, args.job, args.kubelet_node) if args.action == "up" else cmd_down(args.dir)
+    if args.action == "relay":
+        return cmd_relay(args.dir, args.node_address)
+    if args.action == "up":
+        return cmd_up(args.dir, args.seed, args.job, args.kubelet_node, args.node_address, args.kubelet)
+    return cmd_down(args.dir)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ Each test proves one component by a behaviour only that component has: the API s
 admission, the controller-manager's ServiceAccount, token and disruption controllers, the scheduler.
 """
 import base64
+import http.client
 import json
 import secrets
+import socket
 import ssl
 import subprocess
 import sys
@@ -274,14 +276,19 @@ def test_seed_creates_each_object_with_its_status(kube_cluster, tmp_path):
 
 def test_up_with_a_job_writes_a_kubeconfig_that_is_not_admin(tmp_path):
     """`kube_cluster.py up --job` (the Molecule scenarios' control plane): the job's token has its ClusterRole's
-    rights and no more; `up` with --seed over a running one refuses instead of seeding twice."""
+    rights and no more; `up` with --seed over a running one refuses instead of seeding twice.  `--node-address
+    ADDRESS --kubelet NAME` (a test host's real kubelet): the relay on that address reaches the API, and the
+    kubelet's kubeconfig is node NAME's identity, which the Node authorizer and NodeRestriction hold to its own
+    Node."""
     directory = str(tmp_path / "plane")
     command = [sys.executable, control_plane.__file__]
     seed = tmp_path / "seed.yml"
     seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}]}))
-    up = subprocess.run(command + ["up", "--dir", directory, "--seed", str(seed), "--job", "compliance"],
+    up = subprocess.run(command + ["up", "--dir", directory, "--seed", str(seed), "--job", "compliance",
+                                   "--node-address", "127.0.0.1", "--kubelet", "gpu-node-2"],
                         capture_output=True, text=True, timeout=300, check=False)
+    relay_pid = None
     try:
         assert up.returncode == 0, up.stderr
         assert "seeded 1 objects" in up.stderr
@@ -296,8 +303,50 @@ def test_up_with_a_job_writes_a_kubeconfig_that_is_not_admin(tmp_path):
         again = subprocess.run(command + ["up", "--dir", directory, "--seed", str(seed)],
                                capture_output=True, text=True, timeout=60, check=False)
         assert again.returncode == 1 and "Fix: run `down --dir" in again.stderr
+
+        relay = state["node-relay"]
+        relay_pid = relay["pid"]
+        kubelet = json.loads((tmp_path / "plane" / "kubelet-gpu-node-2.kubeconfig").read_text())
+        assert kubelet["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:%d" % relay["port"]
+        assert relay["port"] != state["ports"]["kube-apiserver"]
+        as_node = node_request(kubelet, tmp_path)
+        assert as_node("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                 "metadata": {"name": "gpu-node-2"}}) == 201  # registers itself
+        assert as_node("GET", "/api/v1/nodes/gpu-node-2") == 200
+        assert as_node("PATCH", "/api/v1/nodes/gpu-node-1", {"metadata": {"labels": {"x": "y"}}}) == 403
+        assert as_node("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                 "metadata": {"name": "gpu-node-3"}}) == 403  # no other node
     finally:
         subprocess.run(command + ["down", "--dir", directory], capture_output=True, timeout=120, check=False)
+    if relay_pid is not None:  # `down` stopped the relay with the control plane
+        assert not control_plane._alive(relay_pid)  # pylint: disable=protected-access
+
+
+def node_request(kubeconfig, tmp_path):
+    """A function (method, path, body=None) -> HTTP status of a request with the client certificate of
+    `kubeconfig` (a kubelet's: TLS server name from its cluster, server through the node relay)."""
+    cluster, user = kubeconfig["clusters"][0]["cluster"], kubeconfig["users"][0]["user"]
+    files = {}
+    for name, key in (("ca.crt", "certificate-authority-data"), ("node.crt", "client-certificate-data"),
+                      ("node.key", "client-key-data")):
+        files[name] = tmp_path / name
+        files[name].write_bytes(base64.b64decode(cluster.get(key) or user.get(key)))
+    context = ssl.create_default_context(cafile=str(files["ca.crt"]))
+    context.load_cert_chain(str(files["node.crt"]), str(files["node.key"]))
+    host, port = cluster["server"].split("://", 1)[1].rsplit(":", 1)
+
+    def request(method, path, body=None):
+        connection = http.client.HTTPSConnection(host, int(port), timeout=30, context=context)
+        # TLS to the relay's address, verified against the name the API server's certificate holds (tls-server-name)
+        connection.sock = context.wrap_socket(socket.create_connection((host, int(port)), timeout=30),
+                                              server_hostname=cluster["tls-server-name"])
+        headers = {"Accept": "application/json", "Content-Type": "application/merge-patch+json" if method == "PATCH"
+                   else "application/json"}
+        connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        status = connection.getresponse().status
+        connection.close()
+        return status
+    return request
 
 
 def plane_request(url, directory, method, path, token, body=None):
