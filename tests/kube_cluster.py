@@ -13,14 +13,18 @@ folder, waits until each one answers its health endpoint, writes an admin kubeco
   manual use (``make kube-up`` / ``make kube-down``); ``up`` prints the admin kubeconfig's path.  ``up --seed FILE
   --job JOB --kubelet-node NAME[:RESOURCE=QUANTITY,...]`` (the Molecule scenarios) also creates the seed's objects,
   writes the job's kubeconfig and starts ``kubelet`` (``cmd_kubelet``), a background ``KubeletStandin`` for the
-  named nodes that ``down`` stops and that exits by itself when the API is gone.
+  named nodes that ``down`` stops and that exits by itself when the API is gone.  ``up --node-address ADDRESS
+  --kubelet NAME`` is for real kubelets in test hosts: a background ``relay`` (``cmd_relay``, an ``OutageRelay``
+  without trigger) on ADDRESS, the address the hosts reach this machine at, and ``kubelet-NAME.kubeconfig``, node
+  NAME's own credentials (system:node:NAME) through it (``molecule/shared/real_kubelet.yml`` uses them).
 
 What is real: the API server with its default admission chain plus NodeRestriction (PodSecurity,
 ValidatingAdmissionPolicy, ServiceAccount, RuntimeClass, DefaultTolerationSeconds, TaintNodesByCondition, ...),
 ``--authorization-mode=Node,RBAC``, service-account tokens signed with a key pair of this control plane, etcd as its
 storage, every default controller of kube-controller-manager (DaemonSet, garbage collector, namespace, node
-lifecycle, serviceaccount and its token controller, disruption, ...) and the scheduler.  What is not here: kubelets
-(no node runs pods), kube-proxy, a CNI, CoreDNS.  etcd listens on plain HTTP on 127.0.0.1 and does not fsync
+lifecycle, serviceaccount and its token controller, disruption, ...) and the scheduler.  What is not here: kube-proxy,
+CoreDNS, and kubelets unless a test host runs one (``--node-address``; elsewhere ``KubeletStandin`` writes what a
+kubelet would, through the API only).  etcd listens on plain HTTP on 127.0.0.1 and does not fsync
 (``--unsafe-no-fsync``): its data is thrown away with the control plane.
 
 Also here, for the tests: ``KubeletStandin`` (writes, through the API only, the node and pod status a kubelet would)
