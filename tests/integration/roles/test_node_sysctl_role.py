@@ -129,15 +129,22 @@ def _tasks_naming(node, role):
 
 
 def test_the_playbooks_run_the_role_behind_their_switch():
-    for playbook, switch in (("onboard.yml", "onboard_sysctl"), ("node_runtime.yml", "node_runtime_sysctl")):
+    # onboard.yml's per-node flow is the onboard role, whose defaults give the switch (true)
+    for playbook, tasks_file, switch, condition in (
+            ("onboard.yml", "roles/onboard/tasks/main.yml", "onboard_sysctl", "onboard_sysctl | bool"),
+            ("node_runtime.yml", "playbooks/node_runtime.yml", "node_runtime_sysctl",
+             "node_runtime_sysctl | default(true) | bool")):
+        with open(os.path.join(testlib.REPO_ROOT, tasks_file), encoding="utf-8") as handle:
+            entries = _tasks_naming(yaml.safe_load(handle), "gpu_native.fleet.node_sysctl")
+        assert len(entries) == 1, tasks_file
+        assert entries[0]["when"] == condition, tasks_file
+        # the switch is checked with the other playbook-level variables, before any node is touched
         with open(os.path.join(testlib.REPO_ROOT, "playbooks", playbook), encoding="utf-8") as handle:
             plays = yaml.safe_load(handle)
-        entries = _tasks_naming(plays, "gpu_native.fleet.node_sysctl")
-        assert len(entries) == 1, playbook
-        assert entries[0]["when"] == "%s | default(true) | bool" % switch, playbook
-        # the switch is checked with the other playbook-level variables, before any node is touched
         spec = plays[0]["tasks"][0]["ansible.builtin.validate_argument_spec"]["argument_spec"]
         assert spec[switch] == {"type": "bool"}, playbook
+    with open(os.path.join(testlib.REPO_ROOT, "roles", "onboard", "defaults", "main.yml"), encoding="utf-8") as handle:
+        assert yaml.safe_load(handle)["onboard_sysctl"] is True
     # the test hosts (containers) cannot set kernel parameters: their scenarios turn it off
     for path, switch in (("molecule/onboard/molecule.yml", "onboard_sysctl"),
                          ("molecule/node_stack/converge.yml", "node_runtime_sysctl")):
