@@ -109,8 +109,10 @@ def test_a_pod_with_the_runtime_class_runs_through_the_nvidia_handler(api, host)
         containers=[client.V1Container(name="workload", image=PAUSE_IMAGE, image_pull_policy="Never")]))
     core.create_namespaced_pod("default", pod)
     try:
-        running = _wait(lambda: (lambda p: p if p.status.phase == "Running" else None)(
-            core.read_namespaced_pod(name, "default")), "pod %s to run" % name)
+        def running_pod():
+            seen = core.read_namespaced_pod(name, "default")
+            return seen if seen.status.phase == "Running" else None
+        running = _wait(running_pod, "pod %s to run" % name)
         assert running.spec.node_name == "gpu-node-1"
         assert running.spec.overhead == {"cpu": "250m", "memory": "120Mi"}  # the RuntimeClass's, added at admission
         assert running.status.pod_ip.startswith("10.244.0.")  # the bridge CNI's range
