@@ -1236,19 +1236,28 @@ def parse_kubelet_node(spec):
     return name, resources
 
 
+def _background_pid(pid, action):
+    """`pid` while it is this script's background `action` (kubelet, relay) and alive (checked by its command line:
+    a pid file outlives its process, and the pid may be another process's by now), else None."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return None
+    script = os.path.basename(__file__).encode()
+    if any(arg.endswith(script) for arg in argv) and action.encode() in argv and _alive(pid):
+        return pid
+    return None
+
+
 def _kubelet_pid(directory):
     """The pid of the background kubelet stand-in of `directory` while it runs (checked by its command line)."""
     try:
         with open(os.path.join(directory, KUBELET_PID_FILE), encoding="ascii") as handle:
             pid = int(handle.read().strip())
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            argv = handle.read().split(b"\0")
     except (OSError, ValueError):
         return None
-    script = os.path.basename(__file__).encode()
-    if any(arg.endswith(script) for arg in argv) and b"kubelet" in argv and _alive(pid):
-        return pid
-    return None
+    return _background_pid(pid, "kubelet")
 
 
 def start_kubelet_standin(plane, directory, nodes, interval=1.0):
@@ -1357,14 +1366,9 @@ def _relay_pid(directory):
     try:
         with open(os.path.join(directory, RELAY_FILE), encoding="utf-8") as handle:
             pid = int(json.load(handle)["pid"])
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            argv = handle.read().split(b"\0")
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    script = os.path.basename(__file__).encode()
-    if any(arg.endswith(script) for arg in argv) and b"relay" in argv and _alive(pid):
-        return pid
-    return None
+    return _background_pid(pid, "relay")
 
 
 def start_node_relay(plane, directory, address):
