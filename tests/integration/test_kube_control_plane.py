@@ -361,3 +361,16 @@ def plane_request(url, directory, method, path, token, body=None):
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--kubelet", "gpu-node-1"], "--kubelet needs --node-address"),
+    (["--node-address", "not-an-address"], "does not appear to be an IPv4 or IPv6 address"),
+    (["--node-address", "127.0.0.1", "--kubelet", "GPU_Node"], "is not a node name"),
+])
+def test_up_refuses_bad_kubelet_arguments_before_anything_starts(tmp_path, arguments, message):
+    directory = tmp_path / "plane"
+    up = subprocess.run([sys.executable, control_plane.__file__, "up", "--dir", str(directory)] + arguments,
+                        capture_output=True, text=True, timeout=60, check=False)
+    assert up.returncode == 2 and message in up.stderr, up.stderr
+    assert not directory.exists()  # nothing was started or written
